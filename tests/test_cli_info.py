@@ -1,0 +1,28 @@
+import json
+
+from aiayn.cli import main
+from aiayn.config import ModelConfig
+from aiayn.model.transformer import parameter_count
+
+
+def test_info_json_has_params_and_every_model_field(capsys):
+    assert main(["info", "big", "--vocab-size", "40000", "--json", "d_ff=1000"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    for field in ModelConfig.__dataclass_fields__:
+        assert field in info
+    assert info["d_ff"] == 1000 and info["vocab_size"] == 40000 and info["d_k"] == 64
+    expected = ModelConfig(vocab_size=40000, d_model=1024, n_heads=16, d_ff=1000, p_drop=0.3)
+    assert info["params"] == parameter_count(expected)
+
+
+def test_info_text_and_config_file(tmp_path, capsys):
+    (tmp_path / "m.yaml").write_text("model:\n  d_model: 256\n  n_layers: 2\n")
+    assert main(["info", str(tmp_path / "m.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "d_model" in out and "256" in out and "params" in out
+
+
+def test_info_bad_preset_is_a_clear_error(capsys):
+    assert main(["info", "bass"]) == 2
+    err = capsys.readouterr().err
+    assert "bass" in err and "base" in err and "Traceback" not in err

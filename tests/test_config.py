@@ -1,0 +1,90 @@
+import dataclasses
+
+import pytest
+
+from aiayn.config import (
+    PRESETS,
+    Config,
+    ConfigError,
+    ModelConfig,
+    apply_overrides,
+    load_config,
+    load_yaml,
+    preset,
+    save_yaml,
+)
+
+
+def test_yaml_round_trip_preserves_every_field(tmp_path):
+    config = load_config("big", ["decode.beam=5", "train.betas=[0.9, 0.99]"])
+    save_yaml(config, tmp_path / "c.yaml")
+    assert load_yaml(tmp_path / "c.yaml") == config
+
+
+def test_overrides_dotted_and_bare_keys_are_typed():
+    config = apply_overrides(Config(), ["model.d_model=256", "n_heads=4", "p_drop=0", "alpha=1"])
+    assert config.model.d_model == 256 and config.model.n_heads == 4
+    assert config.model.p_drop == 0.0 and isinstance(config.model.p_drop, float)
+    assert config.decode.alpha == 1.0
+
+
+def test_derived_head_dims_follow_d_model_overrides():
+    # d_k is not frozen at base's 64: overriding d_model re-derives it as d_model / h.
+    assert load_config("base", ["d_model=256"]).model.key_dim == 32
+    assert load_config("B-dk16", ["d_model=256"]).model.key_dim == 16  # explicit d_k stays
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("nope=1", "valid keys: model.vocab_size"),
+        ("model.d_model=big", "model.d_model must be int"),
+        ("model.positional=rotary", "must be one of ['sinusoidal', 'learned']"),
+        ("n_heads=7", "not divisible by n_heads=7"),
+        ("seed=3", "ambiguous"),
+        ("d_model", "key=value"),
+        ("model.p_drop=1.5", "p_drop must be in [0, 1)"),
+    ],
+)
+def test_bad_overrides_name_the_problem(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_config("base", [override])
+    assert message in str(err.value)
+
+
+def test_yaml_unknown_key_lists_valid_keys(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("model:\n  d_modle: 512\n")
+    with pytest.raises(ConfigError) as err:
+        load_yaml(path)
+    assert "d_modle" in str(err.value) and "model.d_model" in str(err.value)
+
+
+def test_table3_presets():
+    assert list(PRESETS) == [
+        "base", "big", "A-h1", "A-h4", "A-h16", "A-h32", "B-dk16", "B-dk32", "C-N2", "C-N4",
+        "C-N8", "C-d256", "C-d1024", "C-ff1024", "C-ff4096", "D-drop0.0", "D-drop0.2",
+        "D-ls0.0", "D-ls0.2", "E-learned-pe",
+    ]  # fmt: skip
+    heads = {name: (preset(name).model.n_heads, preset(name).model.key_dim) for name in PRESETS}
+    assert heads["A-h1"] == (1, 512) and heads["A-h4"] == (4, 128)
+    assert heads["A-h16"] == (16, 32) and heads["A-h32"] == (32, 16)
+    b16 = preset("B-dk16").model
+    assert (b16.key_dim, b16.value_dim) == (16, 64)  # row B changes d_k only
+    d256 = preset("C-d256").model
+    assert (d256.d_model, d256.key_dim, d256.value_dim) == (256, 32, 32)
+    assert preset("D-ls0.2").train.eps_ls == 0.2 and preset("D-drop0.0").model.p_drop == 0.0
+    assert preset("E-learned-pe").model.positional == "learned"
+    big = preset("big")
+    assert (big.model.d_model, big.model.d_ff, big.model.n_heads, big.model.p_drop) == (
+        1024, 4096, 16, 0.3,
+    )
+    assert big.train.max_steps == 300000 and preset("base").train.max_steps == 100000
+
+
+def test_base_preset_is_the_paper():
+    config = preset("base")
+    assert dataclasses.astuple(config.train)[:5] == (0.1, 4000, 1.0, (0.9, 0.98), 1e-9)
+    assert (config.decode.beam, config.decode.alpha, config.decode.max_len_offset) == (4, 0.6, 50)
+    assert config.model == ModelConfig()
+    assert config.model.norm == "post" and config.model.tie_embeddings

@@ -1,0 +1,136 @@
+import dataclasses
+import math
+import time
+
+import pytest
+import torch
+
+from aiayn.config import preset
+from aiayn.model.layers import PositionalEncoding, sinusoid_table
+from aiayn.model.transformer import Transformer, count_parameters, parameter_count
+from conftest import tiny_model_config
+
+
+def _eval_model(**overrides) -> Transformer:
+    return Transformer(tiny_model_config(**overrides)).double().eval()
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@torch.no_grad()
+def test_decoder_is_causal(norm):
+    model = _eval_model(norm=norm)
+    src = torch.randint(4, 23, (2, 7))
+    tgt = torch.randint(4, 23, (2, 6))
+    base = model(src, tgt)
+    for j in range(tgt.size(1)):
+        changed = tgt.clone()
+        changed[:, j] = (changed[:, j] + 1 - 4) % 19 + 4
+        out = model(src, changed)
+        torch.testing.assert_close(out[:, :j], base[:, :j], atol=1e-12, rtol=0)
+        assert not torch.allclose(out[:, j:], base[:, j:])  # the change is seen from j on
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@torch.no_grad()
+def test_source_padding_changes_nothing(norm):
+    model = _eval_model(norm=norm)
+    src = torch.randint(4, 23, (1, 5))
+    tgt = torch.randint(4, 23, (1, 4))
+    padded = torch.cat([src, torch.zeros(1, 3, dtype=torch.long)], dim=1)
+    torch.testing.assert_close(model.encode(padded)[:, :5], model.encode(src), atol=1e-12, rtol=0)
+    torch.testing.assert_close(model(padded, tgt), model(src, tgt), atol=1e-12, rtol=0)
+
+
+def test_sinusoids_match_the_formula_at_hand_computed_positions():
+    table = sinusoid_table(60, 8)
+    # PE(pos, 2i) = sin(pos / 10000^(2i/8)), PE(pos, 2i+1) = cos(pos / 10000^(2i/8))
+    assert table[0].tolist() == [0.0, 1.0] * 4
+    assert table[1, 0] == pytest.approx(math.sin(1.0))
+    assert table[1, 1] == pytest.approx(math.cos(1.0))
+    assert table[3, 2] == pytest.approx(math.sin(3 / 10.0))  # 10000^(2/8) = 10
+    assert table[3, 3] == pytest.approx(math.cos(3 / 10.0))
+    assert table[50, 6] == pytest.approx(math.sin(50 / 1000.0))  # 10000^(6/8) = 1000
+    assert table[50, 7] == pytest.approx(math.cos(50 / 1000.0))
+
+
+def test_sinusoids_extend_past_max_len_and_learned_positions_refuse():
+    sinus = PositionalEncoding(8, max_len=4, learned=False)
+    out = sinus(torch.zeros(1, 10, 8))
+    torch.testing.assert_close(out[0], sinusoid_table(10, 8).float())
+    learned = PositionalEncoding(8, max_len=4, learned=True)
+    with pytest.raises(ValueError, match="max_len=4"):
+        learned(torch.zeros(1, 5, 8))
+
+
+def test_row_e_preset_uses_learned_positions():
+    config = dataclasses.replace(preset("E-learned-pe").model, vocab_size=50, n_layers=1)
+    model = Transformer(config)
+    assert model.positional.learned
+    names = {name for name, _ in model.named_parameters()}
+    assert "positional.weight" in names
+    assert "positional.weight" not in {n for n, _ in Transformer(tiny_model_config()).named_parameters()}
+
+
+def test_embeddings_are_scaled_and_tied():
+    model = Transformer(tiny_model_config())
+    assert model.src_embed is model.tgt_embed  # shared vocabulary: one matrix (sec. 3.4)
+    tokens = torch.tensor([[5]])
+    torch.testing.assert_close(model.tgt_embed(tokens)[0, 0], model.tgt_embed.weight[5] * 4.0)
+    hidden = torch.randn(1, 1, 16)
+    torch.testing.assert_close(model.project(hidden), hidden @ model.tgt_embed.weight.t())
+    untied = Transformer(tiny_model_config(src_vocab_size=31, tie_embeddings=False))
+    assert untied.src_embed is not untied.tgt_embed
+    assert untied.src_embed.weight.shape == (31, 16)
+    extra = 31 * 16 + 23 * 16
+    assert count_parameters(untied) == count_parameters(Transformer(tiny_model_config())) + extra
+
+
+def test_post_ln_has_no_final_layer_norm_and_pre_ln_has_one():
+    post = Transformer(tiny_model_config())
+    pre = Transformer(tiny_model_config(norm="pre"))
+    assert isinstance(post.encoder_norm, torch.nn.Identity)
+    assert isinstance(pre.decoder_norm, torch.nn.LayerNorm)
+
+
+# Table 3's parameter counts (millions). The paper does not give its vocabulary size here;
+# the counts imply about 40k shared entries, and 40,000 puts every row within 2.5%.
+PARAM_COUNT_VOCAB = 40000
+PAPER_PARAMS_M = {
+    "base": 65, "B-dk16": 58, "B-dk32": 60, "C-N2": 36, "C-N4": 50, "C-N8": 80, "C-d256": 28,
+    "C-d1024": 168, "C-ff1024": 53, "C-ff4096": 90, "big": 213,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", PAPER_PARAMS_M)
+def test_parameter_counts_match_table3(name):
+    config = dataclasses.replace(preset(name).model, vocab_size=PARAM_COUNT_VOCAB)
+    params = parameter_count(config)
+    assert params / 1e6 == pytest.approx(PAPER_PARAMS_M[name], rel=0.025)
+
+
+def test_parameter_count_equals_a_real_model():
+    config = tiny_model_config()
+    assert parameter_count(config) == count_parameters(Transformer(config))
+
+
+def test_tiny_model_overfits_twenty_pairs_and_every_parameter_learns():
+    torch.manual_seed(1)
+    config = tiny_model_config(d_model=32, d_ff=64, vocab_size=40)
+    model = Transformer(config)
+    src = torch.randint(4, 40, (20, 8))
+    tgt = torch.randint(4, 40, (20, 8))
+    tgt_in = torch.cat([torch.full((20, 1), 2), tgt[:, :-1]], dim=1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    start = time.perf_counter()
+    for step in range(400):
+        loss = torch.nn.functional.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        if step == 0:
+            dead = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.any()]
+            assert dead == []
+        optimizer.step()
+        if loss.item() < 0.01:
+            break
+    assert loss.item() < 0.01
+    assert time.perf_counter() - start < 30
