@@ -1,0 +1,311 @@
+"""Binarized shards: text encoded once into flat, memory-mapped token arrays.
+
+Training reads token ids millions of times; encoding text each epoch would waste the CPU
+the GPU is waiting on. So `binarize_split` encodes each split once and writes, per side:
+
+    {split}.{side}.bin   every example's token ids, concatenated (no bos/eos; batching adds them)
+    {split}.{side}.idx   int64 offsets, n + 1 of them: example i is bin[idx[i]:idx[i + 1]]
+
+Tokens are uint16 when every id fits (vocabulary <= 65536), else int32: half the disk and
+page cache for the paper's 37k vocabulary. `manifest.json` beside them records the dtype,
+counts and the vocabulary's sha256; `BinarizedDataset` maps the files and `check_vocab`
+refuses shards built with another vocabulary.
+
+Memory stays flat as the corpus grows: text is read as a stream, cut into chunks, encoded
+by a pool of worker processes with at most a few chunks in flight (a plain `Pool.imap`
+would read its whole input ahead into the task queue), and each encoded chunk is appended
+to the files at once.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from itertools import chain, islice
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from aiayn.data.corpus import FilterStats, LengthFilter
+from aiayn.data.vocab import Vocab
+from aiayn.errors import DataError
+
+MANIFEST = "manifest.json"
+FORMAT = "aiayn-binarized"
+FORMAT_VERSION = 1
+SIDES = ("src", "tgt")
+
+Pair = tuple[str, str]
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every id fits in it, else int32."""
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.int32)
+
+
+def side_paths(data_dir: str | Path, split: str, side: str) -> tuple[Path, Path]:
+    """(`{split}.{side}.bin`, `{split}.{side}.idx`) inside `data_dir`."""
+    data_dir = Path(data_dir)
+    return data_dir / f"{split}.{side}.bin", data_dir / f"{split}.{side}.idx"
+
+
+# --- encoding, in worker processes ------------------------------------------------------
+@dataclass
+class _Encoded:
+    """One chunk's output: concatenated tokens and lengths per side, and what was filtered."""
+
+    tokens: dict[str, np.ndarray]
+    lengths: dict[str, np.ndarray]
+    dropped: dict[str, int] = field(default_factory=dict)
+
+
+class _ChunkEncoder:
+    """Encodes a chunk of pairs and applies the length filter; picklable via its model bytes."""
+
+    def __init__(
+        self, src_vocab: Vocab, tgt_vocab: Vocab, length_filter: LengthFilter, dtype: np.dtype
+    ) -> None:
+        self.vocabs = {"src": src_vocab, "tgt": tgt_vocab}
+        self.length_filter = length_filter
+        self.dtype = dtype
+
+    def __call__(self, chunk: list[Pair]) -> _Encoded:
+        src_ids = self.vocabs["src"].encode_batch([s for s, _ in chunk])
+        tgt_ids = self.vocabs["tgt"].encode_batch([t for _, t in chunk])
+        kept: dict[str, list[list[int]]] = {"src": [], "tgt": []}
+        dropped: dict[str, int] = {}
+        for src, tgt in zip(src_ids, tgt_ids):
+            reason = self.length_filter.reason(len(src), len(tgt))
+            if reason is not None:
+                dropped[reason] = dropped.get(reason, 0) + 1
+                continue
+            kept["src"].append(src)
+            kept["tgt"].append(tgt)
+        return _Encoded(
+            tokens={side: _flatten(kept[side], self.dtype) for side in SIDES},
+            lengths={side: np.fromiter(map(len, kept[side]), np.int64) for side in SIDES},
+            dropped=dropped,
+        )
+
+
+def _flatten(seqs: list[list[int]], dtype: np.dtype) -> np.ndarray:
+    if not seqs:
+        return np.zeros(0, dtype)
+    return np.fromiter(chain.from_iterable(seqs), dtype=dtype, count=sum(map(len, seqs)))
+
+
+# A pool worker's encoder, built once per process by `_init_worker`: sending the vocabulary
+# with every chunk would cost a model load per chunk. Only worker processes set it.
+_WORKER: dict[str, _ChunkEncoder] = {}
+
+
+def _init_worker(src_bytes: bytes, tgt_bytes: bytes, lf: LengthFilter, dtype: str) -> None:
+    src = Vocab.from_bytes(src_bytes)
+    tgt = src if tgt_bytes == src_bytes else Vocab.from_bytes(tgt_bytes)
+    _WORKER["encoder"] = _ChunkEncoder(src, tgt, lf, np.dtype(dtype))
+
+
+def _encode_in_worker(chunk: list[Pair]) -> _Encoded:
+    return _WORKER["encoder"](chunk)
+
+
+def _chunks(pairs: Iterable[Pair], size: int) -> Iterator[list[Pair]]:
+    iterator = iter(pairs)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
+
+
+def _encode_stream(
+    chunks: Iterator[list[Pair]], encoder: _ChunkEncoder, workers: int
+) -> Iterator[tuple[int, _Encoded]]:
+    """(chunk length, encoded chunk) in input order, with at most `4 * workers` chunks in flight.
+
+    A split of one chunk is encoded in this process: starting workers would cost more.
+    """
+    first = list(islice(chunks, 2))
+    chunks = chain(first, chunks)
+    if workers <= 1 or len(first) < 2:
+        for chunk in chunks:
+            yield len(chunk), encoder(chunk)
+        return
+    vocabs = encoder.vocabs
+    initargs = (
+        vocabs["src"].model_bytes,
+        vocabs["tgt"].model_bytes,
+        encoder.length_filter,
+        encoder.dtype.str,
+    )
+    # spawn, not fork: the parent may hold threads (tqdm, torch) that fork would copy mid-lock.
+    with mp.get_context("spawn").Pool(workers, _init_worker, initargs) as pool:
+        pending: deque = deque()
+        for chunk in chunks:
+            pending.append((len(chunk), pool.apply_async(_encode_in_worker, (chunk,))))
+            if len(pending) >= 4 * workers:
+                n, result = pending.popleft()
+                yield n, result.get()
+        while pending:
+            n, result = pending.popleft()
+            yield n, result.get()
+
+
+# --- writing ----------------------------------------------------------------------------
+class _SideWriter:
+    """Appends one side's tokens to `.bin` and running offsets to `.idx`."""
+
+    def __init__(self, data_dir: Path, split: str, side: str) -> None:
+        bin_path, idx_path = side_paths(data_dir, split, side)
+        self.bin: BinaryIO = open(bin_path, "wb")
+        self.idx: BinaryIO = open(idx_path, "wb")
+        self.total = 0
+        self.max_len = 0
+        np.zeros(1, np.int64).tofile(self.idx)
+
+    def append(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        tokens.tofile(self.bin)
+        (np.cumsum(lengths) + self.total).astype(np.int64).tofile(self.idx)
+        self.total += int(lengths.sum())
+        if len(lengths):
+            self.max_len = max(self.max_len, int(lengths.max()))
+
+    def close(self) -> None:
+        self.bin.close()
+        self.idx.close()
+
+
+def binarize_split(
+    pairs: Iterable[Pair],
+    data_dir: str | Path,
+    split: str,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    *,
+    length_filter: LengthFilter = LengthFilter(),
+    workers: int = 1,
+    chunk_size: int = 2000,
+    progress: Callable[[int], None] | None = None,
+) -> dict:
+    """Encode `pairs` into `data_dir/{split}.{src,tgt}.{bin,idx}`; return the split's counts.
+
+    Pairs the `length_filter` rejects are counted by reason under "dropped". `progress` is
+    called with the number of pairs in each chunk done (e.g. a tqdm's `update`).
+    """
+    dtype = token_dtype(max(src_vocab.size, tgt_vocab.size))
+    encoder = _ChunkEncoder(src_vocab, tgt_vocab, length_filter, dtype)
+    writers = {side: _SideWriter(Path(data_dir), split, side) for side in SIDES}
+    stats = FilterStats()
+    try:
+        for n_pairs, encoded in _encode_stream(_chunks(pairs, chunk_size), encoder, workers):
+            for side in SIDES:
+                writers[side].append(encoded.tokens[side], encoded.lengths[side])
+            stats.kept += len(encoded.lengths["src"])
+            for reason, count in encoded.dropped.items():
+                stats.drop(reason, count)
+            if progress is not None:
+                progress(n_pairs)
+    finally:
+        for writer in writers.values():
+            writer.close()
+    result = {"pairs": stats.kept, "dropped": stats.dropped}
+    for side in SIDES:
+        result[f"{side}_tokens"] = writers[side].total
+        result[f"{side}_max_len"] = writers[side].max_len
+    return result
+
+
+# --- reading ----------------------------------------------------------------------------
+def load_manifest(data_dir: str | Path) -> dict:
+    """The manifest of a prepared directory; DataError if it is missing or not ours."""
+    path = Path(data_dir) / MANIFEST
+    if not path.is_file():
+        raise DataError(f"{path}: no such file; is {data_dir} a directory from `aiayn prepare`?")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DataError(f"{path}: not valid JSON ({err})") from err
+    if manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
+        raise DataError(
+            f"{path}: format {manifest.get('format')!r} version {manifest.get('version')!r}, "
+            f"expected {FORMAT!r} version {FORMAT_VERSION}; re-run `aiayn prepare`"
+        )
+    return manifest
+
+
+def write_manifest(data_dir: str | Path, manifest: dict) -> Path:
+    """Write `manifest.json` (the last file `prepare` writes: its presence means complete)."""
+    path = Path(data_dir) / MANIFEST
+    path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def load_vocabs(data_dir: str | Path) -> tuple[Vocab, Vocab]:
+    """The (source, target) vocabularies a prepared directory was built with (one if joint)."""
+    manifest = load_manifest(data_dir)
+    src = Vocab.load(Path(data_dir) / manifest["vocab"]["src"]["file"])
+    if manifest["vocab"]["tgt"]["file"] == manifest["vocab"]["src"]["file"]:
+        return src, src
+    return src, Vocab.load(Path(data_dir) / manifest["vocab"]["tgt"]["file"])
+
+
+def check_vocab(data_dir: str | Path, src_vocab: Vocab, tgt_vocab: Vocab | None = None) -> None:
+    """Refuse shards encoded with another vocabulary: their ids would mean other subwords."""
+    manifest = load_manifest(data_dir)
+    given = {"src": src_vocab, "tgt": tgt_vocab or src_vocab}
+    for side in SIDES:
+        built_with = manifest["vocab"][side]["sha256"]
+        if given[side].sha256 != built_with:
+            raise DataError(
+                f"{data_dir}: the {side} shards were built with a different vocabulary "
+                f"(sha256 {built_with[:12]}..., yours {given[side].sha256[:12]}...); use the "
+                f"vocabulary in {data_dir} or re-run `aiayn prepare` with yours"
+            )
+
+
+def _map_side(data_dir: Path, split: str, side: str, dtype: np.dtype) -> tuple[np.ndarray, ...]:
+    bin_path, idx_path = side_paths(data_dir, split, side)
+    for path in (bin_path, idx_path):
+        if not path.is_file():
+            raise DataError(f"{path}: no such file; the prepared directory is incomplete")
+    offsets = np.memmap(idx_path, dtype=np.int64, mode="r")
+    expected = int(offsets[-1]) * dtype.itemsize
+    if bin_path.stat().st_size != expected:
+        raise DataError(f"{bin_path}: {bin_path.stat().st_size} bytes, expected {expected}")
+    tokens = np.memmap(bin_path, dtype=dtype, mode="r") if expected else np.zeros(0, dtype)
+    return tokens, offsets
+
+
+class BinarizedDataset:
+    """One split of a prepared directory, memory-mapped: example i is (src_ids, tgt_ids).
+
+    `src_lengths` / `tgt_lengths` (without specials) let the batch sampler plan batches
+    without reading a single token.
+    """
+
+    def __init__(self, data_dir: str | Path, split: str) -> None:
+        self.data_dir = Path(data_dir)
+        self.split = split
+        self.manifest = load_manifest(self.data_dir)
+        if split not in self.manifest["splits"]:
+            known = ", ".join(self.manifest["splits"])
+            raise DataError(f"{self.data_dir}: no split {split!r} (has: {known})")
+        dtype = np.dtype(self.manifest["dtype"])
+        self._src, self._src_offsets = _map_side(self.data_dir, split, "src", dtype)
+        self._tgt, self._tgt_offsets = _map_side(self.data_dir, split, "tgt", dtype)
+        if len(self._src_offsets) != len(self._tgt_offsets):
+            raise DataError(f"{self.data_dir}: {split} source and target counts differ")
+        self.src_lengths = np.diff(self._src_offsets).astype(np.int32)
+        self.tgt_lengths = np.diff(self._tgt_offsets).astype(np.int32)
+
+    def __len__(self) -> int:
+        return len(self._src_offsets) - 1
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"example {i} out of range for {len(self)} examples")
+        i = int(i) % len(self)
+        src = self._src[self._src_offsets[i] : self._src_offsets[i + 1]]
+        tgt = self._tgt[self._tgt_offsets[i] : self._tgt_offsets[i + 1]]
+        return src.astype(np.int64), tgt.astype(np.int64)
