@@ -20,6 +20,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # One line per command, in the order `aiayn --help` shows them.
     _add_info(sub)
+    _add_prepare(sub)
     return parser
 
 
@@ -45,6 +46,81 @@ def _run_info(args: argparse.Namespace) -> int:
         width = max(map(len, info))
         for key, value in info.items():
             print(f"{key:<{width}}  {value:,}" if key == "params" else f"{key:<{width}}  {value}")
+    return 0
+
+
+_PREPARE_RECIPES = ("multi30k", "wmt14-en-de", "wmt14-en-fr")
+
+
+def _add_prepare(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "prepare",
+        help="text pairs -> checked corpus, BPE vocabulary, binarized shards",
+        description="Check and filter a parallel corpus, train its BPE vocabulary and write "
+        "memory-mapped token shards to --out. Name a RECIPE, or give your own files with "
+        "--train/--valid/--vocab-size.",
+    )
+    p.add_argument(
+        "recipe", nargs="?", choices=_PREPARE_RECIPES, metavar="RECIPE",
+        help=f"a known corpus: {', '.join(_PREPARE_RECIPES)}",
+    )  # fmt: skip
+    p.add_argument("--out", required=True, metavar="DIR", help="the directory to write")
+    p.add_argument("--from", dest="from_dir", metavar="DIR", help="recipe: raw text already here")
+    p.add_argument("--train", metavar="PREFIX", help="PREFIX.SRC + PREFIX.TGT (or .gz), or a .tsv")
+    p.add_argument("--valid", metavar="PREFIX", help="validation pairs (never filtered)")
+    p.add_argument("--test", metavar="PREFIX", help="test pairs (never filtered)")
+    p.add_argument("--tsv", metavar="FILE", help="training pairs as one two-column TSV")
+    p.add_argument("--src", help="source language suffix (default: en)")
+    p.add_argument("--tgt", help="target language suffix (default: de)")
+    p.add_argument("--vocab-size", type=int, metavar="N", help="BPE vocabulary size")
+    p.add_argument(
+        "--separate-vocabs", action="store_true",
+        help="one vocabulary per language (the paper shares one; embeddings are then untied)",
+    )
+    p.add_argument("--max-tokens-per-side", type=int, metavar="N", help="training filter (250)")
+    p.add_argument("--max-len-ratio", type=float, metavar="R", help="training filter (off)")
+    p.add_argument("--workers", type=int, metavar="N", help="encoding processes (all cores)")
+    p.add_argument("--vocab-sample", type=int, metavar="N", help="vocabulary training sample")
+    p.add_argument("--seed", type=int, help="seed of the vocabulary sample (1)")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--quiet", action="store_true", help="no progress bars, no report")
+    p.set_defaults(run=_run_prepare)
+
+
+def _run_prepare(args: argparse.Namespace) -> int:
+    from aiayn.errors import ConfigError
+
+    given = {
+        "vocab_size": args.vocab_size, "src": args.src, "tgt": args.tgt,
+        "max_tokens_per_side": args.max_tokens_per_side, "max_len_ratio": args.max_len_ratio,
+        "workers": args.workers, "vocab_sample_sentences": args.vocab_sample, "seed": args.seed,
+    }  # fmt: skip
+    options = {key: value for key, value in given.items() if value is not None}
+    options.update(overwrite=args.force, quiet=args.quiet)
+    if args.separate_vocabs:
+        options["joint_vocab"] = False
+    own_files = [args.train, args.tsv, args.valid, args.test]
+    if args.recipe is None:
+        from aiayn.data.prepare import prepare
+
+        one_train = (args.train is None) != (args.tsv is None)
+        if args.valid is None or args.vocab_size is None or not one_train:
+            raise ConfigError("give --train PREFIX (or --tsv FILE), --valid PREFIX, --vocab-size N")
+        splits = {"train": args.train, "tsv": args.tsv, "valid": args.valid, "test": args.test}
+        prepare(**splits, out=args.out, **options)
+    elif any(f is not None for f in own_files):
+        raise ConfigError(f"{args.recipe} reads its own files; drop --train/--valid/--test/--tsv")
+    elif args.recipe == "multi30k":
+        from aiayn.recipes import multi30k
+
+        raw = args.from_dir or multi30k.download(f"{args.out}-raw")
+        multi30k.prepare_multi30k(raw, args.out, **options)
+    else:
+        from aiayn.recipes import wmt14
+
+        if args.src or args.tgt:
+            raise ConfigError(f"{args.recipe} fixes the languages; drop --src/--tgt")
+        wmt14.prepare_wmt14(args.recipe, args.out, raw_dir=args.from_dir, **options)
     return 0
 
 
