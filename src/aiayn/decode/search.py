@@ -1,0 +1,108 @@
+"""The search driver: runs the model step by step over an explicit `KVCache` (sec. 6.1).
+
+    hyps = beam_search(model, src)                  # DecodeConfig(): beam 4, alpha 0.6
+    hyps[i][0].tokens, hyps[i][0].score              # best of sentence i, its n-best after
+    best = greedy_search(model, src)                 # one Hypothesis per sentence
+
+The driver encodes the source once, feeds one target token per step, and reorders the
+cache with the row indices the strategy (`decode/strategy.py`) returns. A sentence that is
+done leaves the batch at once: its rows are dropped from the cache and from the strategy's
+state in the same `reorder`, so long sentences do not slow the short ones down.
+
+Output length: |Y| (eos included) is at most the source length (its eos included) plus
+`max_len_offset`, i.e. up to input + 50 tokens before eos with the paper's setting; for a
+model with learned positions (Table 3 row E) also at most its `max_len`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from aiayn.config import DecodeConfig
+from aiayn.data.vocab import BOS_ID, EOS_ID
+from aiayn.decode.strategy import NEG_INF, BeamStrategy, GreedyStrategy, Hypothesis
+
+
+@torch.no_grad()
+def beam_search(
+    model, src: Tensor, config: DecodeConfig | None = None, bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> list[list[Hypothesis]]:  # fmt: skip
+    """Beam search over a batch of sources.
+
+    model: a `Transformer` in eval mode (or anything with its encode / decode / project /
+    new_cache / pad_mask); src: (batch, src_len) ids, source tokens + eos, right-padded.
+    -> per sentence, its up to `config.nbest` finished hypotheses, best first.
+    """
+    config = config or DecodeConfig()
+    max_len = output_limits(model, src, config.max_len_offset)
+    c, pad_id = config, model.config.pad_id
+    strategy = BeamStrategy(max_len, c.beam, c.nbest, c.alpha, c.min_len, eos_id, pad_id)
+    return run_search(model, src, strategy, bos_id)
+
+
+@torch.no_grad()
+def greedy_search(
+    model, src: Tensor, config: DecodeConfig | None = None, bos_id: int = BOS_ID,
+    eos_id: int = EOS_ID,
+) -> list[Hypothesis | None]:  # fmt: skip
+    """The most probable token at each step; `config.beam` and `nbest` are ignored.
+
+    -> one Hypothesis per sentence (None only if every token was forbidden).
+    """
+    config = config or DecodeConfig()
+    max_len = output_limits(model, src, config.max_len_offset)
+    strategy = GreedyStrategy(max_len, config.alpha, config.min_len, eos_id, model.config.pad_id)
+    return [hyps[0] if hyps else None for hyps in run_search(model, src, strategy, bos_id)]
+
+
+def output_limits(model, src: Tensor, max_len_offset: int) -> Tensor:
+    """(batch,) the largest |Y| (eos included) per sentence: source length + offset."""
+    src_len = src.ne(model.config.pad_id).sum(dim=1)  # (batch,) eos included
+    max_len = (src_len + max_len_offset).clamp(min=1)
+    if getattr(model.config, "positional", None) == "learned":
+        # bos and the first |Y| - 1 tokens are fed: |Y| positions, at most the table's.
+        max_len = max_len.clamp(max=model.config.max_len)
+    return max_len
+
+
+def run_search(
+    model, src: Tensor, strategy: BeamStrategy | GreedyStrategy, bos_id: int
+) -> list[list[Hypothesis]]:
+    """Drive `strategy` with the model's next-token log-probabilities until every sentence
+    is done; -> per sentence (in input order), its finished hypotheses.
+
+    Pad and bos are never generated. Log-probabilities are computed in float32 whatever
+    the model's dtype.
+    """
+    src_pad = model.pad_mask(src)  # (batch, src_len), True = padding
+    memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
+    cache = model.new_cache(src_pad)
+    alive = torch.arange(src.size(0), device=src.device)  # input index of each active sentence
+    results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
+    tokens = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+    forbidden = [model.config.pad_id, bos_id]
+    while True:
+        hidden = model.decode(tokens, memory, cache.src_pad_mask, cache)  # (rows, 1, d_model)
+        memory = None  # from now on the cache holds the encoder-decoder keys and values
+        logp = model.project(hidden[:, -1]).float().log_softmax(dim=-1)  # (rows, vocab)
+        logp[:, forbidden] = NEG_INF
+        rows, next_tokens, done = strategy.step(logp.view(alive.numel(), -1, logp.size(-1)))
+        if done.any():
+            finished = done.nonzero().squeeze(1)
+            for i, hyps in zip(alive[finished].tolist(), strategy.results(finished)):
+                results[i] = hyps
+            keep = (~done).nonzero().squeeze(1)  # (still active,)
+            if keep.numel() == 0:
+                return results
+            strategy.keep(keep)
+            alive = alive[keep]
+            if rows is None:  # the strategy keeps its rows in place: drop the done ones
+                rows = keep
+            else:  # rows of the kept sentences only: beam reorder and shrink in one step
+                rows = rows.view(done.numel(), -1)[keep].flatten()
+            next_tokens = next_tokens.view(done.numel(), -1)[keep].flatten()
+        if rows is not None:
+            cache.reorder(rows)
+        tokens = next_tokens[:, None]  # (rows, 1)
