@@ -135,3 +135,10 @@ def test_file_sha256_matches_hashlib(tmp_path: Path) -> None:
 
     path = write(tmp_path / "f.en", b"abc" * 1000)
     assert file_sha256(path, chunk_bytes=7) == hashlib.sha256(b"abc" * 1000).hexdigest()
+
+
+def test_truncated_gzip_is_reported(tmp_path: Path) -> None:
+    packed = gzip.compress(b"hello\n" * 20_000)
+    path = write(tmp_path / "cut.en.gz", packed[: len(packed) // 2])
+    with pytest.raises(DataError, match=r"cut\.en\.gz: line \d+: cannot read"):
+        list(read_lines(path))

@@ -4,7 +4,7 @@
     aiayn prepare wmt14-en-fr --out data/wmt14-en-fr    # ~36M pairs, 32k vocabulary
 
 Where the data comes from (downloads need internet and the `download` extra):
-- training pairs: the HuggingFace `wmt14` dataset (configs `de-en`, `fr-en`), streamed;
+- training pairs: the HuggingFace `wmt/wmt14` dataset (configs `de-en`, `fr-en`), streamed;
 - validation: newstest2013; test: newstest2014, the full 3003-sentence set that the paper
   and later work report on (sacrebleu's `wmt14/full`), both fetched with sacrebleu.
 
@@ -31,6 +31,7 @@ from tqdm import tqdm
 from aiayn.data.prepare import prepare
 from aiayn.errors import AiaynError, DataError
 
+HF_DATASET = "wmt/wmt14"  # the HuggingFace hub name (formerly plain "wmt14")
 MAX_TOKENS_PER_SIDE = 250
 MAX_LEN_RATIO = 1.5
 
@@ -66,7 +67,9 @@ def task(name: str) -> Task:
 
 def _clean(sentence: str) -> str:
     """One sentence per line: a newline or tab inside a sentence would shift every later pair."""
-    return " ".join(sentence.replace("\t", " ").splitlines())
+    for separator in ("\r\n", "\n", "\r", "\t"):
+        sentence = sentence.replace(separator, " ")
+    return sentence
 
 
 def write_translation_rows(
@@ -107,7 +110,7 @@ def hf_training_rows(t: Task) -> Iterable[dict]:
             "downloading WMT14 needs the HuggingFace `datasets` package: "
             "pip install 'aiayn[download]' (or give prepared text to `aiayn prepare --train`)"
         ) from err
-    return datasets.load_dataset("wmt14", t.hf_config, split="train", streaming=True)
+    return datasets.load_dataset(HF_DATASET, t.hf_config, split="train", streaming=True)
 
 
 def sacrebleu_files(test_set: str, langpair: str) -> tuple[str, list[str]]:
