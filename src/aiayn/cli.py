@@ -21,6 +21,8 @@ def _build_parser() -> argparse.ArgumentParser:
     # One line per command, in the order `aiayn --help` shows them.
     _add_info(sub)
     _add_prepare(sub)
+    _add_translate(sub)
+    _add_evaluate(sub)
     return parser
 
 
@@ -121,6 +123,114 @@ def _run_prepare(args: argparse.Namespace) -> int:
         if args.src or args.tgt:
             raise ConfigError(f"{args.recipe} fixes the languages; drop --src/--tgt")
         wmt14.prepare_wmt14(args.recipe, args.out, raw_dir=args.from_dir, **options)
+    return 0
+
+
+def _add_decode_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by `translate` and `evaluate`; unset ones keep the checkpoint's."""
+    p.add_argument("--checkpoint", metavar="DIR", help="a checkpoint directory (or an average)")
+    p.add_argument("--beam", type=int, help="beam size (4; 1 = greedy)")
+    p.add_argument("--alpha", type=float, help="length penalty exponent (0.6)")
+    p.add_argument("--max-len-offset", type=int, metavar="N", help="max output = input + N (50)")
+    p.add_argument("--min-len", type=int, metavar="N", help="tokens before eos at least (0)")
+    p.add_argument("--max-tokens", type=int, default=4096, metavar="N",
+                   help="source tokens per batch, padding included (4096)")  # fmt: skip
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (cpu)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="(float32)")
+
+
+def _translator(args: argparse.Namespace, nbest: int | None = None):
+    from aiayn.translate import Translator
+
+    return Translator.from_checkpoint(
+        args.checkpoint, device=args.device, dtype=args.dtype, beam=args.beam, alpha=args.alpha,
+        max_len_offset=args.max_len_offset, min_len=args.min_len, nbest=nbest,
+        max_tokens=args.max_tokens,
+    )  # fmt: skip
+
+
+def _add_translate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "translate",
+        help="translate text with a checkpoint (beam search, sec. 6.1)",
+        description="Translate stdin (or -i FILE) to stdout (or -o FILE), one output line per "
+        "input line, in chunks that are written and flushed as they are done. With --nbest K "
+        "each input gives K lines `index ||| translation ||| score` (index from 0; score = "
+        "log P / length penalty).",
+    )
+    _add_decode_options(p)
+    p.add_argument("--nbest", type=int, metavar="K", help="K best per input (needs K <= beam)")
+    p.add_argument("-i", "--input", metavar="FILE", help="UTF-8 text, one sentence a line")
+    p.add_argument("-o", "--output", metavar="FILE", help="where to write (stdout)")
+    p.add_argument("--chunk-lines", type=int, metavar="N",
+                   help="lines read per chunk (256; 1 when stdin is a terminal)")  # fmt: skip
+    p.set_defaults(run=_run_translate)
+
+
+def _run_translate(args: argparse.Namespace) -> int:
+    from aiayn.errors import ConfigError, DataError
+    from aiayn.translate import translate_stream
+
+    if args.checkpoint is None:
+        raise ConfigError("give --checkpoint DIR")
+    translator = _translator(args, args.nbest)
+    try:
+        source = open(args.input, encoding="utf-8", newline="\n") if args.input else sys.stdin
+    except OSError as err:
+        raise DataError(f"{args.input}: cannot read ({err.strerror})") from None
+    out = open(args.output, "w", encoding="utf-8", newline="\n") if args.output else sys.stdout
+    chunk = args.chunk_lines or (1 if source.isatty() else 256)
+    try:
+        translate_stream(translator, source, out, chunk, nbest=args.nbest is not None)
+    except UnicodeDecodeError as err:
+        raise DataError(f"{args.input or 'stdin'}: not valid UTF-8 ({err})") from None
+    finally:
+        for handle in (source, out):
+            if handle not in (sys.stdin, sys.stdout):
+                handle.close()
+    return 0
+
+
+def _add_evaluate(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="sacreBLEU, chrF and the paper's tokenized BLEU of a checkpoint or a file",
+        description="Translate --src with --checkpoint (or take --hyp, translations already "
+        "made) and score them against --ref. The last line is `BLEU <sacreBLEU>`.",
+    )
+    _add_decode_options(p)
+    p.add_argument("--src", metavar="FILE", help="source sentences to translate")
+    p.add_argument("--hyp", metavar="FILE", help="score these translations (no checkpoint)")
+    p.add_argument("--ref", required=True, metavar="FILE", help="one reference per line")
+    p.add_argument("--hyp-out", metavar="FILE", help="also write the translations here")
+    p.add_argument(
+        "--lang", help="target language of the tokenized BLEU (--ref's suffix: x.de -> de; else en)"
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    p.set_defaults(run=_run_evaluate)
+
+
+def _run_evaluate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from aiayn.errors import ConfigError
+    from aiayn.evaluate import format_report, read_lines, score
+
+    if (args.hyp is None) == (args.checkpoint is None) or (args.checkpoint and not args.src):
+        raise ConfigError("give either --checkpoint DIR --src FILE, or --hyp FILE")
+    if args.hyp is not None:
+        hyps = read_lines(args.hyp)
+    else:
+        from aiayn.translate import one_line
+
+        # as `read_lines` would read them back from --hyp-out: one line each, right-stripped
+        hyps = [one_line(h).rstrip() for h in _translator(args).translate(read_lines(args.src))]
+    if args.hyp_out:
+        Path(args.hyp_out).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    suffix = Path(args.ref).suffix.lstrip(".")
+    lang = args.lang or (suffix if suffix.isalpha() and len(suffix) == 2 else "en")
+    report = score(hyps, read_lines(args.ref), lang)
+    print(json.dumps(report) if args.json else format_report(report))
     return 0
 
 

@@ -1,0 +1,190 @@
+"""`Translator`: a checkpoint in, text in, text out (sec. 6.1's decoding).
+
+    translator = Translator.from_checkpoint("runs/base/avg", device="cuda", dtype="bfloat16")
+    translator.translate(["A cat sits on a mat."])         # -> ["Eine Katze sitzt ..."]
+    translator.translate_nbest(["..."])                     # -> [[(text, score), ...]]
+
+Sentences are encoded with the checkpoint's vocabulary, sorted by length and grouped into
+batches of at most `max_tokens` source tokens (padding included) so that similar lengths
+decode together; results come back in the input order. Beam search settings default to the
+checkpoint's `decode` config (the paper's beam 4, alpha 0.6, input + 50).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+import torch
+
+from aiayn.checkpoint import load_checkpoint
+from aiayn.config import DecodeConfig
+from aiayn.data.vocab import Vocab
+from aiayn.decode.search import beam_search, greedy_search
+from aiayn.decode.strategy import Hypothesis
+from aiayn.errors import ConfigError
+from aiayn.model.transformer import Transformer
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    """"bfloat16" -> torch.bfloat16; None keeps the checkpoint's float32."""
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices grouped into batches of at most `max_tokens` padded tokens, longest first.
+
+    A batch costs (its size) x (its longest length); a sentence longer than `max_tokens`
+    goes alone. Sorting by length keeps padding small (as fairseq's `max_tokens` does).
+    """
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    for i in order:  # lengths only fall, so the first of a batch is its longest
+        if batches and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= max_tokens:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+class Translator:
+    """Translate text with a trained model: beam search (or greedy at beam 1) in batches."""
+
+    def __init__(
+        self,
+        model: Transformer,
+        src_vocab: Vocab,
+        tgt_vocab: Vocab,
+        decode: DecodeConfig | None = None,
+        max_tokens: int = 4096,
+    ) -> None:
+        if max_tokens < 1:
+            raise ConfigError(f"max_tokens must be positive, got {max_tokens}")
+        self.model, self.src_vocab, self.tgt_vocab = model.eval(), src_vocab, tgt_vocab
+        self.decode = decode or DecodeConfig()
+        self.max_tokens = max_tokens
+        self.device = next(model.parameters()).device
+
+    @classmethod
+    def from_checkpoint(
+        cls,
+        path: str | Path,
+        device: str | torch.device = "cpu",
+        dtype: str | torch.dtype | None = None,
+        *,
+        beam: int | None = None,
+        alpha: float | None = None,
+        max_len_offset: int | None = None,
+        min_len: int | None = None,
+        nbest: int | None = None,
+        max_tokens: int = 4096,
+    ) -> Translator:
+        """Load a checkpoint directory (training or averaged: both are plain checkpoints).
+
+        The decoding options override the checkpoint's `DecodeConfig`; None keeps its value.
+        """
+        ckpt = load_checkpoint(path, device=device, dtype=parse_dtype(dtype))
+        given = dict(beam=beam, alpha=alpha, max_len_offset=max_len_offset, min_len=min_len)
+        given.update(nbest=nbest)
+        config = dataclasses.replace(
+            ckpt.config.decode, **{k: v for k, v in given.items() if v is not None}
+        )
+        return cls(ckpt.model, ckpt.src_vocab, ckpt.tgt_vocab, config, max_tokens)
+
+    def translate(self, texts: Sequence[str]) -> list[str]:
+        """One translation per text, in order; empty or blank texts give ""."""
+        return [hyps[0][0] if hyps else "" for hyps in self.translate_nbest(texts)]
+
+    def translate_nbest(self, texts: Sequence[str]) -> list[list[tuple[str, float]]]:
+        """Per text, its `decode.nbest` best (translation, score), best first.
+
+        The score is log P(Y|X) / lp(Y) (see `decode.strategy.length_penalty`). An empty or
+        blank text has one translation, "" with score 0.0, and the model is not run for it.
+        """
+        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in texts]
+        for index, hyps in self._search(texts).items():
+            results[index] = [(self.tgt_vocab.decode(h.tokens), h.score) for h in hyps]
+        return results
+
+    def _search(self, texts: Sequence[str]) -> dict[int, list[Hypothesis]]:
+        """Encode the non-blank texts, decode them in length-sorted token batches."""
+        todo = [i for i, text in enumerate(texts) if text.strip()]
+        ids = self._encode([texts[i] for i in todo])
+        found: dict[int, list[Hypothesis]] = {}
+        for batch in token_batches([len(x) for x in ids], self.max_tokens):
+            src = torch.full((len(batch), len(ids[batch[0]])), self.model.config.pad_id)
+            for row, j in enumerate(batch):
+                src[row, : len(ids[j])] = torch.tensor(ids[j])
+            src = src.to(self.device)  # (batch, src_len), right-padded
+            if self.decode.beam == 1:
+                hyps = [[h] if h else [] for h in greedy_search(self.model, src, self.decode)]
+            else:
+                hyps = beam_search(self.model, src, self.decode)
+            found.update((todo[j], h) for j, h in zip(batch, hyps))
+        return found
+
+    def _encode(self, texts: list[str]) -> list[list[int]]:
+        """Source ids + eos, truncated (with a warning) where learned positions end."""
+        ids = [x + [self.src_vocab.eos_id] for x in self.src_vocab.encode_batch(texts)]
+        config = self.model.config
+        if config.positional != "learned":
+            return ids
+        long = sum(len(x) > config.max_len for x in ids)
+        if long:
+            warnings.warn(
+                f"{long} input(s) longer than the model's {config.max_len} learned positions "
+                f"were truncated to {config.max_len} tokens",
+                stacklevel=3,
+            )
+        return [x if len(x) <= config.max_len else x[: config.max_len - 1] + x[-1:] for x in ids]
+
+
+def one_line(text: str) -> str:
+    """A translation as one output line: line breaks (the vocabulary is lossless and may
+    produce them) become spaces, so output lines match input lines one to one."""
+    return " ".join(text.splitlines()) if text else text
+
+
+def translate_stream(
+    translator: Translator, lines: Iterable[str], out: TextIO, chunk_lines: int = 256,
+    nbest: bool = False,
+) -> int:  # fmt: skip
+    """Read `lines` in chunks, translate, write and flush each chunk; -> lines read.
+
+    Exactly one output line per input line, or with `nbest` exactly `decode.nbest` lines
+    per input line, each `index ||| translation ||| score` with the 0-based input index
+    (Moses' n-best format without the feature column). An input with fewer hypotheses
+    (a blank line has just "") repeats its last one.
+    """
+    count, chunk = 0, []
+    for line in lines:
+        chunk.append(line.rstrip("\r\n"))
+        if len(chunk) >= chunk_lines:
+            count = _write_chunk(translator, chunk, out, count, nbest)
+            chunk = []
+    if chunk:
+        count = _write_chunk(translator, chunk, out, count, nbest)
+    return count
+
+
+def _write_chunk(
+    translator: Translator, chunk: list[str], out: TextIO, first: int, nbest: bool
+) -> int:
+    if nbest:
+        k = translator.decode.nbest
+        for i, hyps in enumerate(translator.translate_nbest(chunk), start=first):
+            hyps = (hyps + hyps[-1:] * k)[:k]
+            out.writelines(f"{i} ||| {one_line(text)} ||| {score:.4f}\n" for text, score in hyps)
+    else:
+        out.writelines(one_line(text) + "\n" for text in translator.translate(chunk))
+    out.flush()
+    return first + len(chunk)

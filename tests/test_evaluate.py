@@ -1,0 +1,115 @@
+"""Scores: sacreBLEU as the `sacrebleu` command computes it, and the paper's tokenized BLEU
+checked against a value computed by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.evaluate import split_compounds, tokenized_bleu
+from tiny_checkpoint import save_tiny_checkpoint
+
+HYPS = [
+    "The cat sat on the mat.",
+    "Der schnelle braune Fuchs springt über den faulen Hund!",
+    "It's a rich-text format, isn't it?",
+    "",
+    "Zwei Hunde spielen im Schnee.",
+]
+REFS = [
+    "The cat is sitting on the mat.",
+    "Der schnelle Fuchs springt über den faulen Hund.",
+    "It is a rich-text format, is it not?",
+    "Ein Satz.",
+    "Zwei Hunde spielen im Schnee.",
+]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _write(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return path
+
+
+def _sacrebleu_cli(*args: str) -> float:
+    exe = Path(sys.executable).with_name("sacrebleu")
+    out = subprocess.run([str(exe), *args, "-b", "-w", "4"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return float(out.stdout.strip())
+
+
+def test_scores_equal_the_sacrebleu_command_line(tmp_path, capsys):
+    hyp, ref = _write(tmp_path / "hyp.de", HYPS), _write(tmp_path / "ref.de", REFS)
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert round(report["sacrebleu"]["score"], 4) == _sacrebleu_cli(str(ref), "-i", str(hyp))
+    chrf = _sacrebleu_cli(str(ref), "-i", str(hyp), "-m", "chrf")
+    assert round(report["chrf"]["score"], 4) == chrf
+    assert report["sacrebleu"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert report["tokenized_bleu"]["lang"] == "de"  # from the suffix of --ref
+
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref)]) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert text[-1] == f"BLEU {report['sacrebleu']['score']:.2f}"
+    assert any(line.startswith("tokenized BLEU") for line in text)
+    assert any("tok:13a" in line for line in text)
+
+
+def test_compound_splitting_is_tensor2tensors_perl_substitution():
+    assert split_compounds("rich-text format") == "rich ##AT##-##AT## text format"
+    assert split_compounds("a-b-c") == "a ##AT##-##AT## b-c"  # matches do not overlap
+    assert split_compounds("Aix-en-Provence") == "Aix ##AT##-##AT## en ##AT##-##AT## Provence"
+    assert split_compounds("- x -y z-") == "- x -y z-"
+
+
+def test_tokenized_bleu_by_hand():
+    hyps = ["the rich-text format is fine.", "ein Haus"]
+    refs = ["the rich-text format is good.", "ein großes Haus"]
+    # Moses + compound splitting: "the rich ##AT##-##AT## text format is fine ." (8 tokens)
+    # against "the rich ##AT##-##AT## text format is good ." (8), and "ein Haus" (2) against
+    # "ein großes Haus" (3). Clipped n-gram matches / hypothesis n-grams, over the corpus:
+    #   1-grams: 7 + 2 = 9 / 10      (all but "fine"; "ein", "Haus")
+    #   2-grams: 5 + 0 = 5 / 8       (the rich, rich ##AT##, ##AT## text, text format, format is)
+    #   3-grams: 4 + 0 = 4 / 6
+    #   4-grams: 3 + 0 = 3 / 5
+    # BP = exp(1 - 11 / 10) since the hypotheses are shorter (10 tokens) than the refs (11).
+    expected = 100 * math.exp(1 - 11 / 10) * (9 / 10 * 5 / 8 * 4 / 6 * 3 / 5) ** 0.25  # 62.32
+    result = tokenized_bleu(hyps, refs, lang="de")
+    assert result.score == pytest.approx(expected, abs=1e-6)
+    assert result.score == pytest.approx(62.3184, abs=1e-4)
+    # Without splitting, "rich-text" is one token and fewer n-grams match.
+    assert tokenized_bleu(hyps, refs, lang="de", compounds=False).score < expected
+
+
+def test_evaluate_translates_with_a_checkpoint_and_writes_the_hypotheses(tmp_path, capsys):
+    ckpt = save_tiny_checkpoint(tmp_path / "ckpt")
+    src, ref = _write(tmp_path / "src.en", REFS), _write(tmp_path / "ref.de", REFS)
+    hyp_out = tmp_path / "hyp.de"
+    args = ["evaluate", "--checkpoint", str(ckpt), "--src", str(src), "--ref", str(ref)]
+    assert main([*args, "--hyp-out", str(hyp_out), "--beam", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["sentences"] == len(REFS)
+    assert len(hyp_out.read_text(encoding="utf-8").split("\n")) == len(REFS) + 1
+    # the same hypotheses scored from the file give the same figures
+    assert main(["evaluate", "--hyp", str(hyp_out), "--ref", str(ref), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == report
+
+
+def test_mismatched_line_counts_are_an_error(tmp_path, capsys):
+    hyp, ref = _write(tmp_path / "h", HYPS[:2]), _write(tmp_path / "r", REFS)
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref)]) == 2
+    assert "2 hypotheses but 5 references" in capsys.readouterr().err

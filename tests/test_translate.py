@@ -1,0 +1,124 @@
+"""Translator and `aiayn translate`: a checkpoint in, one line out per line in, always."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.errors import ConfigError
+from aiayn.translate import Translator, one_line, token_batches
+from tiny_checkpoint import save_tiny_checkpoint
+
+LINES = [
+    "the cat sat on a mat",
+    "",
+    "   ",
+    "der Hund",
+    "die Katze sitzt auf einer Matte the cat sat on a mat der Hund die Katze",
+    "ünïcödé ✓ 漢字",
+    "a",
+]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("translate") / "ckpt")
+
+
+def test_token_batches_respect_the_budget_and_cover_every_sentence_once():
+    lengths = [5, 1, 9, 3, 3, 20, 2]
+    batches = token_batches(lengths, max_tokens=10)
+    assert sorted(i for b in batches for i in b) == list(range(7))
+    for batch in batches:
+        longest = max(lengths[i] for i in batch)
+        assert len(batch) == 1 or longest * len(batch) <= 10
+        assert lengths[batch[0]] == longest  # sorted: the first is the longest
+    assert batches[0] == [5]  # 20 > budget: alone
+
+
+def test_cli_writes_one_line_per_input_line(ckpt, tmp_path):
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("\n".join(LINES), encoding="utf-8")  # no final newline
+    assert main(["translate", "--checkpoint", str(ckpt), "-i", str(src), "-o", str(out),
+                 "--chunk-lines", "3", "--max-tokens", "16"]) == 0  # fmt: skip
+    result = out.read_text(encoding="utf-8").split("\n")
+    assert result[-1] == "" and len(result) - 1 == len(LINES)
+    assert result[1] == result[2] == ""  # blank in, blank out
+    empty_file = tmp_path / "empty.txt"
+    empty_file.write_text("", encoding="utf-8")
+    args = ["translate", "--checkpoint", str(ckpt), "-i", str(empty_file), "-o", str(out)]
+    assert main(args) == 0
+    assert out.read_text(encoding="utf-8") == ""
+
+
+def test_cli_streams_stdin_to_stdout_and_writes_nbest_lists(ckpt, monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(LINES) + "\n"))
+    assert main(["translate", "--checkpoint", str(ckpt), "--nbest", "3", "--beam", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 * len(LINES)
+    for n, line in enumerate(lines):
+        index, text, score = line.split(" ||| ")
+        assert int(index) == n // 3 and float(score) <= 0.0
+    scores = [float(line.rsplit(" ||| ", 1)[1]) for line in lines[:3]]
+    assert scores == sorted(scores, reverse=True)
+    assert lines[3] == "1 |||  ||| 0.0000"  # an empty line: "" with score 0, K times
+
+
+def test_translations_come_back_in_input_order_whatever_the_batching(ckpt):
+    small = Translator.from_checkpoint(ckpt, max_tokens=8)
+    large = Translator.from_checkpoint(ckpt, max_tokens=4096)
+    together = large.translate(LINES)
+    assert small.translate(LINES) == together
+    assert [large.translate([line])[0] for line in LINES] == together
+
+
+def test_blank_inputs_do_not_run_the_model(ckpt, monkeypatch):
+    translator = Translator.from_checkpoint(ckpt)
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the model ran")
+
+    monkeypatch.setattr(translator.model, "encode", fail)
+    assert translator.translate(["", " \t "]) == ["", ""]
+    assert translator.translate_nbest([""]) == [[("", 0.0)]]
+
+
+def test_options_override_the_checkpoint_and_are_checked(ckpt):
+    greedy = Translator.from_checkpoint(ckpt, beam=1, alpha=0.0, max_len_offset=2)
+    assert (greedy.decode.beam, greedy.decode.alpha, greedy.decode.max_len_offset) == (1, 0.0, 2)
+    assert len(greedy.translate(LINES)) == len(LINES)
+    with pytest.raises(ConfigError, match="nbest"):
+        Translator.from_checkpoint(ckpt, beam=2, nbest=3)
+    with pytest.raises(ConfigError, match="dtype"):
+        Translator.from_checkpoint(ckpt, dtype="float8")
+
+
+def test_bfloat16_decodes(ckpt):
+    translator = Translator.from_checkpoint(ckpt, dtype="bfloat16")
+    assert translator.model.tgt_embed.weight.dtype == torch.bfloat16
+    nbest = translator.translate_nbest(LINES[:1])[0]
+    assert len(nbest) == 1 and nbest[0][1] <= 0.0
+
+
+def test_inputs_beyond_learned_positions_are_truncated_with_a_warning(tmp_path):
+    ckpt = save_tiny_checkpoint(tmp_path / "learned", positional="learned", max_len=12)
+    translator = Translator.from_checkpoint(ckpt, max_len_offset=50)
+    with pytest.warns(UserWarning, match="truncated"):
+        (out,) = translator.translate([" ".join(["the cat sat on a mat"] * 6)])
+    assert isinstance(out, str)
+
+
+def test_one_line_removes_line_breaks():
+    assert one_line("a\nb\r\nc") == "a b c"
+    assert one_line("") == ""
