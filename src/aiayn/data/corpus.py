@@ -56,13 +56,6 @@ class FilterStats:
     def drop(self, reason: str, count: int = 1) -> None:
         self.dropped[reason] = self.dropped.get(reason, 0) + count
 
-    def merge(self, other: FilterStats) -> None:
-        self.read += other.read
-        self.kept += other.kept
-        self.empty_kept += other.empty_kept
-        for reason, count in other.dropped.items():
-            self.drop(reason, count)
-
     def as_dict(self) -> dict:
         return {
             "read": self.read,
