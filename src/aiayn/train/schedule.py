@@ -1,0 +1,34 @@
+"""The optimizer of sec. 5.3: Adam (beta1 0.9, beta2 0.98, eps 1e-9) and the learning rate
+of eq. 3, a linear warm-up followed by inverse-square-root decay:
+
+    lrate = d_model^-0.5 * min(step_num^-0.5, step_num * warmup_steps^-1.5)
+
+Steps count from 1: the first update uses `noam_lr(1, ...)`. The rate is a pure function of
+the step, so resuming needs only the step number; the trainer writes it into the
+optimizer's param groups before each update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from aiayn.config import TrainConfig
+
+
+def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
+    """Eq. 3 times `scale`; peaks at step == warmup with scale * (d_model * warmup)^-0.5."""
+    if step < 1:
+        raise ValueError(f"steps count from 1, got {step}")
+    return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def make_optimizer(params: Iterable[torch.nn.Parameter], train: TrainConfig) -> torch.optim.Adam:
+    """Adam with the paper's betas and eps (sec. 5.3); the rate is set per step by the trainer."""
+    return torch.optim.Adam(params, lr=0.0, betas=tuple(train.betas), eps=train.adam_eps)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
