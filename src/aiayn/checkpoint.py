@@ -1,0 +1,271 @@
+"""Checkpoints: self-contained directories, written atomically, loaded without pickles.
+
+A checkpoint directory holds everything `aiayn translate` needs and nothing it must trust:
+
+    model.safetensors          weights (tied matrices stored once)
+    config.yaml                the full `Config` the model was built from
+    vocab.model (+ .json)      the joint sentencepiece vocabulary, or
+    src_vocab.model, tgt_vocab.model (+ .json) for separate vocabularies
+    checkpoint.json            format tag, step, creation time, what it was averaged from
+    trainer_state.json         (training checkpoints) scalars, RNG states, data position
+    trainer_state.safetensors  (training checkpoints) optimizer tensors
+
+It is written under a temporary name in the same parent directory and renamed into place,
+so a crash never leaves a half-written checkpoint under the final name. Weights load only
+through safetensors and configs through `yaml.safe_load`: a pickle in the directory is
+never opened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from aiayn.config import Config, from_dict, to_dict
+from aiayn.data.vocab import Vocab
+from aiayn.errors import AiaynError, CheckpointError
+from aiayn.model.transformer import Transformer
+
+FORMAT = "aiayn-checkpoint"
+VERSION = 1
+WEIGHTS = "model.safetensors"
+CONFIG = "config.yaml"
+META = "checkpoint.json"
+SHARED_VOCAB, SRC_VOCAB, TGT_VOCAB = "vocab.model", "src_vocab.model", "tgt_vocab.model"
+TRAINER_JSON, TRAINER_TENSORS = "trainer_state.json", "trainer_state.safetensors"
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint: the model (eval mode), its config, vocabularies and metadata."""
+
+    model: Transformer
+    config: Config
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def model_weights(model: Transformer) -> dict[str, torch.Tensor]:
+    """The state dict with each tied matrix once (under its first name), contiguous, on CPU."""
+    seen: set[int] = set()
+    weights = {}
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() in seen:  # a tied matrix under its second name
+            continue
+        seen.add(tensor.data_ptr())
+        weights[name] = tensor.detach().to("cpu").contiguous()
+    return weights
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: Transformer,
+    config: Config,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    meta: dict[str, Any] | None = None,
+    trainer_state: dict[str, Any] | None = None,
+    trainer_tensors: dict[str, torch.Tensor] | None = None,
+) -> Path:
+    """Write a checkpoint directory atomically; refuses non-finite weights."""
+    weights = model_weights(model)
+    return save_weights_checkpoint(
+        path, weights, config, src_vocab, tgt_vocab, meta, trainer_state, trainer_tensors
+    )
+
+
+def save_weights_checkpoint(
+    path: str | Path,
+    weights: dict[str, torch.Tensor],
+    config: Config,
+    src_vocab: Vocab,
+    tgt_vocab: Vocab,
+    meta: dict[str, Any] | None = None,
+    trainer_state: dict[str, Any] | None = None,
+    trainer_tensors: dict[str, torch.Tensor] | None = None,
+) -> Path:
+    """`save_checkpoint` from a weights dict (e.g. an average of several checkpoints)."""
+    bad = [name for name, t in weights.items() if t.is_floating_point() and not t.isfinite().all()]
+    if bad:
+        raise CheckpointError(f"refusing to save non-finite weights in {', '.join(bad[:5])}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        save_file(weights, str(tmp / WEIGHTS), metadata={"format": FORMAT})
+        (tmp / CONFIG).write_text(yaml.safe_dump(to_dict(config), sort_keys=False), "utf-8")
+        if config.model.shared_vocab:
+            tgt_vocab.save(tmp / SHARED_VOCAB)
+        else:
+            src_vocab.save(tmp / SRC_VOCAB)
+            tgt_vocab.save(tmp / TGT_VOCAB)
+        header = {"format": FORMAT, "version": VERSION, "created": time.time(), **(meta or {})}
+        _write_json(tmp / META, header)
+        if trainer_state is not None:
+            _write_json(tmp / TRAINER_JSON, trainer_state)
+            save_file(trainer_tensors or {}, str(tmp / TRAINER_TENSORS))
+        _fsync_dir_files(tmp)
+        _replace_dir(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def load_checkpoint(
+    path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
+) -> Checkpoint:
+    """Load a checkpoint directory into an eval-mode model; every failure is a CheckpointError
+    that names the directory and the problem."""
+    path = Path(path)
+    meta = read_meta(path)
+    config = read_config(path)
+    src_vocab, tgt_vocab = read_vocabs(path, config)
+    model = Transformer(config.model)
+    load_weights_into(model, read_weights(path), path)
+    model.to(device=device, dtype=dtype).eval()
+    return Checkpoint(model, config, src_vocab, tgt_vocab, meta)
+
+
+def read_meta(path: Path) -> dict[str, Any]:
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: no such checkpoint directory")
+    if not (path / META).is_file():
+        pickles = sorted(p.name for p in path.glob("*") if p.suffix in (".pt", ".pth", ".pkl", ".bin"))
+        hint = (
+            f" (found {', '.join(pickles)}: aiayn never loads pickle files, which can run code)"
+            if pickles
+            else ""
+        )
+        raise CheckpointError(f"{path}: not an aiayn checkpoint, {META} is missing{hint}")
+    meta = _read_json(path / META)
+    if meta.get("format") != FORMAT:
+        raise CheckpointError(f"{path / META}: format is {meta.get('format')!r}, not {FORMAT!r}")
+    if meta.get("version", 0) > VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint version {meta['version']} is newer than this aiayn ({VERSION})"
+        )
+    return meta
+
+
+def read_config(path: Path) -> Config:
+    try:
+        data = yaml.safe_load((path / CONFIG).read_text("utf-8"))
+        return from_dict(data or {}, where=str(path / CONFIG))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: {CONFIG} is missing") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path / CONFIG}: unreadable ({err})") from None
+    except AiaynError as err:
+        raise CheckpointError(f"{path}: bad config: {err}") from None
+
+
+def read_vocabs(path: Path, config: Config) -> tuple[Vocab, Vocab]:
+    names = (SHARED_VOCAB, SHARED_VOCAB) if config.model.shared_vocab else (SRC_VOCAB, TGT_VOCAB)
+    vocabs = []
+    for name in names:
+        try:
+            vocabs.append(Vocab.load(path / name))
+        except AiaynError as err:
+            raise CheckpointError(f"{path}: vocabulary {name} is missing or invalid ({err})") from None
+    src_vocab, tgt_vocab = vocabs
+    sizes = (src_vocab.size if not config.model.shared_vocab else None, tgt_vocab.size)
+    if sizes != (config.model.src_vocab_size, config.model.vocab_size):
+        raise CheckpointError(
+            f"{path}: vocabulary sizes {sizes} do not match the config's "
+            f"(src_vocab_size, vocab_size) = {(config.model.src_vocab_size, config.model.vocab_size)}"
+        )
+    return src_vocab, tgt_vocab
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    file = path / WEIGHTS
+    if not file.is_file():
+        raise CheckpointError(f"{path}: {WEIGHTS} is missing")
+    try:
+        return load_file(str(file))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{file}: truncated or corrupt safetensors file ({err})") from None
+
+
+def load_weights_into(model: Transformer, weights: dict[str, torch.Tensor], where: Path) -> None:
+    """Copy `weights` into `model`, naming every missing, unexpected or mis-shaped tensor."""
+    expected = model_weights(model)
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected))
+    shapes = [
+        f"{k} {tuple(weights[k].shape)} vs {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in weights and weights[k].shape != v.shape
+    ]
+    if missing or unexpected or shapes:
+        problems = []
+        if missing:
+            problems.append(f"missing {', '.join(missing[:5])}")
+        if unexpected:
+            problems.append(f"unexpected {', '.join(unexpected[:5])}")
+        if shapes:
+            problems.append(f"shape mismatch {'; '.join(shapes[:5])}")
+        raise CheckpointError(
+            f"{where}: weights do not fit the architecture in its config ({'; '.join(problems)})"
+        )
+    with torch.no_grad():
+        params = dict(model.named_parameters(remove_duplicate=False))
+        params.update(model.named_buffers(remove_duplicate=False))
+        for name, tensor in weights.items():
+            params[name].copy_(tensor)
+
+
+def read_trainer_state(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """The trainer's JSON state and tensors; a CheckpointError if the checkpoint has none."""
+    if not (path / TRAINER_JSON).is_file() or not (path / TRAINER_TENSORS).is_file():
+        raise CheckpointError(f"{path}: has no trainer state (an averaged checkpoint cannot resume)")
+    try:
+        tensors = load_file(str(path / TRAINER_TENSORS))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(f"{path / TRAINER_TENSORS}: truncated or corrupt ({err})") from None
+    return _read_json(path / TRAINER_JSON), tensors
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{file}: unreadable or truncated JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{file}: expected a JSON object")
+    return data
+
+
+def _write_json(file: Path, data: dict[str, Any]) -> None:
+    file.write_text(json.dumps(data, indent=1) + "\n", "utf-8")
+
+
+def _fsync_dir_files(directory: Path) -> None:
+    """Flush every file to disk before the rename makes the checkpoint visible."""
+    for file in directory.iterdir():
+        with open(file, "rb") as handle:
+            os.fsync(handle.fileno())
+
+
+def _replace_dir(tmp: Path, path: Path) -> None:
+    """Rename `tmp` to `path`; an existing `path` is moved aside first and removed after."""
+    old = None
+    if path.exists():
+        old = path.with_name(f".{path.name}.old-{os.getpid()}")
+        os.replace(path, old)
+    os.replace(tmp, path)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,116 @@
+import pickle
+
+import pytest
+import torch
+
+from aiayn.checkpoint import (
+    SHARED_VOCAB,
+    WEIGHTS,
+    load_checkpoint,
+    model_weights,
+    read_trainer_state,
+    save_checkpoint,
+)
+from aiayn.config import Config
+from aiayn.data.vocab import Vocab
+from aiayn.errors import CheckpointError
+from aiayn.model.transformer import Transformer
+from conftest import tiny_model_config
+
+WORDS = "the cat sat on a mat der Hund die Katze sitzt auf einer Matte".split()
+
+
+@pytest.fixture(scope="module")
+def vocab():
+    import random
+
+    rng = random.Random(0)
+    lines = [" ".join(rng.choice(WORDS) for _ in range(8)) for _ in range(300)]
+    return Vocab.train(lines, vocab_size=300)
+
+
+def _saved(tmp_path, vocab, **overrides):
+    config = Config(model=tiny_model_config(vocab_size=vocab.size, **overrides))
+    model = Transformer(config.model)
+    path = save_checkpoint(tmp_path / "ckpt", model, config, vocab, vocab, meta={"step": 7})
+    return path, model, config
+
+
+def test_round_trip_is_exact_and_tied_weights_stay_tied(tmp_path, vocab):
+    path, model, config = _saved(tmp_path, vocab)
+    loaded = load_checkpoint(path)
+    assert loaded.config == config and loaded.meta["step"] == 7
+    assert loaded.model.src_embed is loaded.model.tgt_embed
+    for name, tensor in model_weights(model).items():
+        torch.testing.assert_close(model_weights(loaded.model)[name], tensor, rtol=0, atol=0)
+    assert loaded.tgt_vocab.sha256 == vocab.sha256 and not loaded.model.training
+
+
+def test_rewriting_replaces_atomically_and_leaves_no_temporaries(tmp_path, vocab):
+    path, _, _ = _saved(tmp_path, vocab)
+    _saved(tmp_path, vocab)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_non_finite_weights_are_refused_and_the_old_checkpoint_survives(tmp_path, vocab):
+    path, model, config = _saved(tmp_path, vocab)
+    with torch.no_grad():
+        model.encoder[0].ffn.w_1.weight[0, 0] = float("nan")
+    with pytest.raises(CheckpointError, match="non-finite"):
+        save_checkpoint(path, model, config, vocab, vocab)
+    load_checkpoint(path)  # still the good one
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_truncated_weights_are_a_clear_error(tmp_path, vocab):
+    path, _, _ = _saved(tmp_path, vocab)
+    data = (path / WEIGHTS).read_bytes()
+    (path / WEIGHTS).write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(path)
+
+
+def test_other_architecture_is_a_clear_error(tmp_path, vocab):
+    path, _, _ = _saved(tmp_path, vocab)
+    other, _, _ = _saved(tmp_path / "o", vocab, d_ff=48)
+    (path / WEIGHTS).write_bytes((other / WEIGHTS).read_bytes())
+    with pytest.raises(CheckpointError, match="shape mismatch"):
+        load_checkpoint(path)
+
+
+def test_missing_vocabulary_is_a_clear_error(tmp_path, vocab):
+    path, _, _ = _saved(tmp_path, vocab)
+    (path / SHARED_VOCAB).unlink()
+    with pytest.raises(CheckpointError, match="vocab.model is missing or invalid"):
+        load_checkpoint(path)
+
+
+class _Payload:
+    def __reduce__(self):
+        import pathlib
+
+        return (pathlib.Path.touch, (pathlib.Path(self.marker),))
+
+
+def test_a_pickle_is_never_loaded(tmp_path):
+    directory = tmp_path / "foreign"
+    directory.mkdir()
+    payload = _Payload()
+    payload.marker = str(tmp_path / "pwned")
+    (directory / "model.pt").write_bytes(pickle.dumps(payload))
+    with pytest.raises(CheckpointError, match="never loads pickle"):
+        load_checkpoint(directory)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_trainer_state_round_trip_and_absence(tmp_path, vocab):
+    config = Config(model=tiny_model_config(vocab_size=vocab.size))
+    model = Transformer(config.model)
+    state = {"step": 3, "rng": [1, 2]}
+    tensors = {"adam.0.exp_avg": torch.randn(3)}
+    path = save_checkpoint(tmp_path / "c", model, config, vocab, vocab, None, state, tensors)
+    got_state, got_tensors = read_trainer_state(path)
+    assert got_state == state and torch.equal(got_tensors["adam.0.exp_avg"], tensors["adam.0.exp_avg"])
+    plain, _, _ = _saved(tmp_path, vocab)
+    with pytest.raises(CheckpointError, match="no trainer state"):
+        read_trainer_state(plain)
