@@ -359,8 +359,9 @@ def verb(en: str, frame: str = "trans"):
 
 
 HAND_CHECKED = [
-    (DemoExample("adverbial", (Clause(np_("the", "old/man"), verb("switch on"), verb("want to", "modal"),
-                                      (np_("the", "new/lamp", "acc"),), order="inverted"),),
+    (DemoExample("adverbial", (Clause(np_("the", "old/man"), verb("switch on"),
+                                      verb("want to", "modal"), (np_("the", "new/lamp", "acc"),),
+                                      order="inverted"),),
                  adverbial=("On Monday", "Am Montag")),
      "On Monday the old man wants to switch on the new lamp.",
      "Am Montag will der alte Mann die neue Lampe einschalten."),
@@ -368,7 +369,8 @@ HAND_CHECKED = [
                               Clause(np_("the", "girl", plural=True), verb("help"),
                                      objects=(np_("the", "student", "dat"),), order="sub")),
                  conjunction=("that", "dass")),
-     "I know that the girls help the student.", "Ich weiß, dass die Mädchen dem Studenten helfen."),
+     "I know that the girls help the student.",
+     "Ich weiß, dass die Mädchen dem Studenten helfen."),
     (DemoExample("fronted", (Clause(np_("my", "sister"), verb("invite"),
                                     objects=(np_("two", "boy", "acc", True),), order="sub"),
                              Clause(WORDS["we"], verb("cook"),
@@ -393,7 +395,8 @@ HAND_CHECKED = [
      "Das Kind macht eine teure alte Haustür auf."),
     (DemoExample("simple", (Clause(np_("two", "big/dog", plural=True), verb("sleep", "intr"),
                                    pp=PrepPhrase("with", "mit", np_("my", "young/cat", "dat"))),)),
-     "Two big dogs sleep with my young cat.", "Zwei große Hunde schlafen mit meiner jungen Katze."),
+     "Two big dogs sleep with my young cat.",
+     "Zwei große Hunde schlafen mit meiner jungen Katze."),
     (DemoExample("simple", (Clause(np_("the", "woman"), verb("give", "ditrans"), objects=(
         np_("the", "child", "dat", True), np_("a", "new/book", "acc"))),)),
      "The woman gives the children a new book.", "Die Frau gibt den Kindern ein neues Buch."),
