@@ -109,12 +109,38 @@ class TrainConfig:
     update_tokens: int = 25000  # target tokens per update, reached by accumulation (sec. 5.1)
     max_steps: int = 100000  # 100k for base, 300k for big (sec. 5.2)
     seed: int = 1
+    max_epochs: int = 0  # passes over the training data; 0 = no limit
+    max_time_minutes: float = 0.0  # wall-clock limit of one `train` call; 0 = no limit
+    accum_steps: int = 0  # micro-batches per update per process; 0 = as many as reach update_tokens
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # the paper: fp32; fp16 needs a GPU
+    clip_norm: float = 0.0  # max gradient L2 norm; 0 = no clipping, as in the paper
+    device: str = "auto"  # auto: cuda (cuda:LOCAL_RANK under torchrun) if available, else cpu
+    out_dir: str = "runs/train"  # checkpoints/, train_log.jsonl, tensorboard/
+    save_every_minutes: float = 10.0  # "checkpoints written at 10-minute intervals" (sec. 6.1)
+    save_every_steps: int = 0  # also save every N updates; 0 = only on the clock
+    keep_last: int = 5  # step checkpoints kept: the paper averages the last 5 (base), 20 (big)
+    valid_every_steps: int = 1000  # dev loss and perplexity every N updates and at the end
+    valid_bleu_lines: int = 0  # greedy dev BLEU on the first N dev pairs at each validation
+    patience: int = 0  # stop after N validations without a better dev NLL; 0 = off (paper)
+    max_bad_steps: int = 5  # non-finite losses in a row that stop the run
+    log_every_steps: int = 100  # a train_log.jsonl line every N updates
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.eps_ls < 1.0:
             raise ConfigError(f"train.eps_ls must be in [0, 1), got {self.eps_ls}")
         if self.warmup <= 0:
             raise ConfigError(f"train.warmup must be positive, got {self.warmup}")
+        positive = ("update_tokens", "max_steps", "keep_last", "max_bad_steps", "log_every_steps")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"train.{name} must be positive, got {getattr(self, name)}")
+        non_negative = (
+            "max_epochs", "max_time_minutes", "accum_steps", "clip_norm", "save_every_minutes",
+            "save_every_steps", "valid_every_steps", "valid_bleu_lines", "patience",
+        )  # fmt: skip
+        for name in non_negative:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
 
 
 @dataclass
@@ -151,7 +177,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "base": {},
     "big": {
         "model.d_model": 1024, "model.d_ff": 4096, "model.n_heads": 16, "model.p_drop": 0.3,
-        "train.max_steps": 300000,
+        "train.max_steps": 300000, "train.keep_last": 20,
     },
     "A-h1": {"model.n_heads": 1, "model.d_k": 512, "model.d_v": 512},
     "A-h4": {"model.n_heads": 4, "model.d_k": 128, "model.d_v": 128},

@@ -20,3 +20,7 @@ class DataError(AiaynError, ValueError):
 
 class CheckpointError(AiaynError):
     """A checkpoint that is missing, truncated, foreign, or unsafe to load."""
+
+
+class TrainingError(AiaynError):
+    """A run that cannot go on: e.g. non-finite losses in `train.max_bad_steps` updates in a row."""

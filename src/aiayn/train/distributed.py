@@ -1,0 +1,113 @@
+"""One process, or one of many under `torchrun` (DistributedDataParallel).
+
+    torchrun --nproc_per_node 8 -m aiayn train configs/wmt14_base.yaml
+    torchrun --nnodes 2 --node_rank R --master_addr HOST --nproc_per_node 8 -m aiayn train ...
+
+`torchrun` sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT; the process
+group starts from them (`env://`), with nccl on GPUs and gloo on CPUs. Without them (or
+with WORLD_SIZE=1) the trainer runs as a single process and nothing here communicates.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from aiayn.errors import ConfigError
+
+
+_CPU_GROUP: list[Any] = []  # set by `setup` when the default group is nccl
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process stands: its rank among `world_size` and the device it uses."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 alone writes checkpoints, logs and the progress bar."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def setup(device: str = "auto") -> DistEnv:
+    """Read torchrun's environment, pick the device and start the process group if needed."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"train.device={device!r} but no CUDA GPU is available")
+        if dev.index is None:
+            dev = torch.device("cuda", local_rank if world_size > 1 else 0)
+        torch.cuda.set_device(dev)
+    env = DistEnv(rank, world_size, local_rank, dev)
+    if env.distributed and not dist.is_initialized():
+        backend = "nccl" if dev.type == "cuda" else "gloo"
+        kwargs = {"device_id": dev} if dev.type == "cuda" else {}
+        dist.init_process_group(backend, init_method="env://", **kwargs)
+        if backend == "nccl":  # Python objects (RNG states) travel on a gloo group beside it
+            _CPU_GROUP.append(dist.new_group(backend="gloo"))
+    return env
+
+
+def teardown(env: DistEnv) -> None:
+    _CPU_GROUP.clear()
+    if env.distributed and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(values: list[float], env: DistEnv) -> list[float]:
+    """Element-wise sums over the ranks of a few float64 scalars (one collective)."""
+    if not env.distributed:
+        return list(values)
+    # float64: token counts stay exact and loss sums keep their precision.
+    tensor = torch.tensor(values, dtype=torch.float64, device=env.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor.tolist()
+
+
+def gather_to_main(obj: Any, env: DistEnv) -> list[Any] | None:
+    """Every rank's `obj` (JSON-like values and tensors) on rank 0, None elsewhere.
+
+    Used for the per-rank RNG states a checkpoint records. Tensors travel on the CPU.
+    """
+    if not env.distributed:
+        return [obj]
+    gathered: list[Any] | None = [None] * env.world_size if env.is_main else None
+    dist.gather_object(obj, gathered, dst=0, group=_cpu_group())
+    return gathered
+
+
+def broadcast_from_main(obj: Any, env: DistEnv) -> Any:
+    """Rank 0's `obj` on every rank."""
+    if not env.distributed:
+        return obj
+    box = [obj if env.is_main else None]
+    dist.broadcast_object_list(box, src=0, group=_cpu_group())
+    return box[0]
+
+
+def _cpu_group() -> Any:
+    """The gloo group for Python objects (None: the default group, already gloo)."""
+    return _CPU_GROUP[0] if _CPU_GROUP else None
+
+
+def barrier(env: DistEnv) -> None:
+    if env.distributed:
+        dist.barrier()

@@ -1,0 +1,115 @@
+"""What a user sees of a run: a progress bar, a JSON-lines log, optional TensorBoard curves.
+
+    <out_dir>/train_log.jsonl     one JSON object a line: {"event": "train" | "valid" |
+                                  "checkpoint" | "skip" | "start" | "end", "step": ..., ...}
+    <out_dir>/tensorboard/        scalars, only if `tensorboard` is installed
+
+Only rank 0 monitors; other ranks get a `Monitor(enabled=False)` that does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+LOG_FILE = "train_log.jsonl"
+
+
+def perplexity(nll_per_token: float) -> float:
+    """exp(NLL per token), inf rather than an overflow error."""
+    return math.exp(nll_per_token) if nll_per_token < 700 else math.inf
+
+
+class Monitor:
+    def __init__(self, out_dir: Path, start_step: int, max_steps: int, enabled: bool) -> None:
+        self.enabled = enabled
+        self.start_time = time.monotonic()
+        self._bar = None
+        self._log = None
+        self._tb = None
+        if not enabled:
+            return
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self._log = _open_log(out_dir / LOG_FILE)
+        self._tb = _tensorboard(out_dir / "tensorboard")
+        # disable=None: no bar when stderr is not a terminal (logs, CI); the JSON log remains.
+        self._bar = tqdm(
+            total=max_steps, initial=start_step, unit="step", file=sys.stderr, disable=None,
+            dynamic_ncols=True, desc="train",
+        )  # fmt: skip
+
+    def record(self, event: str, step: int, **values: Any) -> None:
+        """A line in the JSON log and, for numbers of train/valid events, TensorBoard."""
+        if not self.enabled:
+            return
+        line = {"event": event, "step": step, "time": round(time.time(), 3), **values}
+        self._log.write(json.dumps(line, allow_nan=True) + "\n")
+        self._log.flush()
+        if self._tb is not None and event in ("train", "valid"):
+            for key, value in values.items():
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    self._tb.add_scalar(f"{event}/{key}", value, step)
+
+    def progress(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:
+        if self._bar is not None:
+            self._bar.n = step
+            self._bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}")
+
+    def message(self, text: str) -> None:
+        """A line on stderr that does not break the progress bar."""
+        if self.enabled:
+            tqdm.write(text, file=sys.stderr)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if self._log is not None:
+            self._log.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _open_log(path: Path):
+    """Append; a line cut short by a killed process is ended before new lines follow."""
+    handle = open(path, "a+", encoding="utf-8")
+    if handle.tell() > 0:
+        handle.seek(handle.tell() - 1)
+        if handle.read(1) != "\n":
+            handle.write("\n")
+    return handle
+
+
+def _tensorboard(path: Path):
+    """A SummaryWriter if `tensorboard` is installed, else None (it is optional)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(str(path))
+
+
+def format_summary(result: Any) -> str:
+    """The lines printed when a run ends (`result` is a `TrainResult`)."""
+    lines = [
+        f"training stopped ({result.stopped}) after {result.steps:,} updates, "
+        f"epoch {result.epoch}, {result.elapsed_s / 60:.1f} min",
+    ]
+    if result.train_nll is not None:
+        lines.append(
+            f"  last train loss: NLL {result.train_nll:.3f}/token, ppl {perplexity(result.train_nll):.2f}"
+        )
+    if result.best_valid_nll is not None:
+        lines.append(
+            f"  best dev loss:   NLL {result.best_valid_nll:.3f}/token, "
+            f"ppl {perplexity(result.best_valid_nll):.2f} ({result.best_checkpoint})"
+        )
+    if result.last_valid and "bleu" in result.last_valid:
+        lines.append(f"  last dev BLEU (greedy, subset): {result.last_valid['bleu']:.2f}")
+    lines.append(f"  final checkpoint: {result.final_checkpoint}")
+    return "\n".join(lines)

@@ -1,0 +1,110 @@
+"""Validation during training: dev loss and perplexity, and an optional quick dev BLEU.
+
+The paper picks its hyperparameters on newstest2013 (sec. 6.2, Table 3) and reports
+perplexity per wordpiece; we log the dev NLL per target token and its perplexity at every
+`train.valid_every_steps`, with and without label smoothing. Dev BLEU uses greedy search
+(`aiayn.decode.search.greedy_search`) on the first `train.valid_bleu_lines` dev pairs; a
+quick signal, below what beam search on the full set gives (`aiayn evaluate` for that).
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+
+import numpy as np
+import torch
+from sacrebleu.metrics import BLEU
+
+from aiayn.config import DecodeConfig
+from aiayn.data.batching import TokenBatchSampler, collate
+from aiayn.data.binarize import BinarizedDataset
+from aiayn.data.vocab import Vocab
+from aiayn.decode.search import greedy_search
+from aiayn.model.transformer import Transformer
+from aiayn.train.distributed import DistEnv, all_reduce_sum
+from aiayn.train.loss import label_smoothed_loss
+from aiayn.train.monitor import perplexity
+
+
+@torch.no_grad()
+def validation_loss(
+    model: Transformer,
+    dataset: BinarizedDataset,
+    max_tokens: int,
+    eps: float,
+    env: DistEnv,
+    autocast: AbstractContextManager,
+) -> dict[str, float]:
+    """{"nll", "loss", "ppl", "tokens"} over the whole split, each rank taking its share."""
+    was_training = model.training
+    model.eval()
+    sampler = TokenBatchSampler(
+        dataset.src_lengths, dataset.tgt_lengths, max_tokens, shuffle=False,
+        rank=env.rank, world_size=env.world_size,
+    )  # fmt: skip
+    sums = torch.zeros(2, dtype=torch.float64, device=env.device)  # smoothed, nll
+    tokens = 0
+    for indices in sampler.epoch_batches(0):
+        batch = collate([dataset[int(i)] for i in indices])
+        positions, target = real_positions(batch.tgt_out, model.config.pad_id, env.device)
+        batch = batch.to(env.device)
+        with autocast:
+            logits = real_token_logits(model, batch.src, batch.tgt_in, positions)
+        smoothed, nll = label_smoothed_loss(logits, target, eps)
+        sums += torch.stack([smoothed, nll]).double()
+        tokens += batch.n_tgt_tokens
+    model.train(was_training)
+    smoothed, nll, tokens = all_reduce_sum([*sums.tolist(), float(tokens)], env)
+    tokens = max(tokens, 1.0)
+    return {"loss": smoothed / tokens, "nll": nll / tokens, "ppl": perplexity(nll / tokens),
+            "tokens": int(tokens)}  # fmt: skip
+
+
+def real_positions(
+    tgt_out: torch.Tensor, pad_id: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(positions, target): the flat indices of the real (non-pad) target positions and their
+    targets, (n_tokens,) each, found on the CPU so that the GPU never waits for a count."""
+    flat = tgt_out.reshape(-1)  # (batch * tgt_len,)
+    positions = flat.ne(pad_id).nonzero().squeeze(1)  # (n_tokens,)
+    return positions.to(device, non_blocking=True), flat[positions].to(device, non_blocking=True)
+
+
+def real_token_logits(
+    model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor, positions: torch.Tensor
+) -> torch.Tensor:
+    """Teacher-forced logits at the real target positions only.
+
+    src: (batch, src_len), tgt_in: (batch, tgt_len), positions: (n_tokens,) flat indices
+    into (batch * tgt_len) -> (n_tokens, vocab). Selecting hidden states before the
+    pre-softmax projection skips the padding's share of the model's largest matrix product.
+    """
+    src_pad = model.pad_mask(src)  # (batch, src_len), True = padding
+    memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
+    hidden = model.decode(tgt_in, memory, src_pad)  # (batch, tgt_len, d_model)
+    hidden = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)  # (n_tokens, d_model)
+    return model.project(hidden)  # (n_tokens, vocab)
+
+
+@torch.no_grad()
+def dev_bleu(
+    model: Transformer, dataset: BinarizedDataset, vocab: Vocab, lines: int, max_tokens: int,
+    device: torch.device,
+) -> float:  # fmt: skip
+    """sacreBLEU of greedy translations of the first `lines` dev pairs (references: the dev
+    targets decoded back to text; the vocabulary is lossless)."""
+    was_training = model.training
+    model.eval()
+    n = min(lines, len(dataset))
+    sampler = TokenBatchSampler(
+        dataset.src_lengths[:n], dataset.tgt_lengths[:n], max_tokens, shuffle=False
+    )
+    hyps, refs = [""] * n, [""] * n
+    for indices in sampler.epoch_batches(0):
+        examples = [dataset[int(i)] for i in indices]
+        src = collate(examples).src.to(device)  # (batch, src_len)
+        for i, (_, tgt), hyp in zip(indices, examples, greedy_search(model, src, DecodeConfig())):
+            hyps[int(i)] = vocab.decode(hyp.tokens) if hyp is not None else ""
+            refs[int(i)] = vocab.decode(np.asarray(tgt).tolist())
+    model.train(was_training)
+    return BLEU().corpus_score(hyps, [refs]).score
