@@ -21,6 +21,8 @@ def _build_parser() -> argparse.ArgumentParser:
     # One line per command, in the order `aiayn --help` shows them.
     _add_info(sub)
     _add_prepare(sub)
+    _add_train(sub)
+    _add_average(sub)
     _add_translate(sub)
     _add_evaluate(sub)
     return parser
@@ -123,6 +125,73 @@ def _run_prepare(args: argparse.Namespace) -> int:
         if args.src or args.tgt:
             raise ConfigError(f"{args.recipe} fixes the languages; drop --src/--tgt")
         wmt14.prepare_wmt14(args.recipe, args.out, raw_dir=args.from_dir, **options)
+    return 0
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train",
+        help="train a model (sec. 5): Adam + warm-up, label smoothing, checkpoints, resume",
+        description="Train on the prepared data in data.dir; checkpoints, train_log.jsonl and "
+        "a summary go to train.out_dir. Ctrl-C saves a checkpoint and exits with code 130. "
+        "Many GPUs: torchrun --nproc_per_node N -m aiayn train CONFIG ...",
+    )
+    p.add_argument("config", nargs="?", metavar="PRESET_OR_CONFIG",
+                   help="a preset name or a YAML file (default with --resume: the checkpoint's)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+    p.add_argument("--resume", metavar="DIR",
+                   help="continue from a checkpoint, or from a run's out_dir (its newest)")
+    p.set_defaults(run=_run_train)  # fmt: skip
+
+
+def _run_train(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from aiayn.config import load_config
+    from aiayn.errors import ConfigError
+    from aiayn.train.trainer import resume_config, train
+
+    name, overrides = args.config, list(args.overrides)
+    if name is not None and "=" in name and not Path(name).exists():
+        name, overrides = None, [name, *overrides]  # `train --resume DIR key=value`
+    if name is None:
+        if args.resume is None:
+            raise ConfigError("give a PRESET_OR_CONFIG, or --resume DIR")
+        config = resume_config(args.resume, overrides)
+    else:
+        config = load_config(name, overrides)
+    result = train(config, resume=args.resume)
+    return 128 + result.signal if result.interrupted and result.signal else 0
+
+
+def _add_average(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "average",
+        help="average checkpoints into one (sec. 6.1: the last 5 for base, 20 for big)",
+        description="Average the weights of the last N checkpoints of a run (--last N DIR) or "
+        "of the given ones (--inputs A B ...) into a new checkpoint --out.",
+    )
+    p.add_argument("dir", nargs="?", metavar="DIR", help="with --last: a run's out_dir")
+    p.add_argument("--last", type=int, metavar="N", help="the newest N step checkpoints of DIR")
+    p.add_argument("--inputs", nargs="+", metavar="CKPT", help="checkpoint directories")
+    p.add_argument("--out", required=True, metavar="DIR", help="the checkpoint to write")
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.set_defaults(run=_run_average)
+
+
+def _run_average(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from aiayn.average import average_checkpoints, last_checkpoints
+    from aiayn.errors import ConfigError
+
+    if (args.last is None) == (args.inputs is None) or (args.last is not None) != bool(args.dir):
+        raise ConfigError("give either --last N DIR, or --inputs CKPT [CKPT ...]")
+    if Path(args.out).exists() and not args.force:
+        raise ConfigError(f"{args.out}: already exists (use --force to replace it)")
+    paths = last_checkpoints(args.dir, args.last) if args.last is not None else args.inputs
+    out = average_checkpoints(paths, args.out)
+    print(f"averaged {len(paths)} checkpoints into {out}: {', '.join(Path(p).name for p in paths)}")
     return 0
 
 

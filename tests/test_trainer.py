@@ -1,0 +1,160 @@
+"""The training loop: it learns, logs, keeps K checkpoints and the best, normalises the
+gradient by the update's target tokens, stops where told, and survives non-finite losses."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import aiayn.train.trainer as trainer_module
+from aiayn.checkpoint import load_checkpoint, read_weights
+from aiayn.cli import main
+from aiayn.config import save_yaml
+from aiayn.errors import CheckpointError, ConfigError, TrainingError
+from aiayn.train import distributed
+from aiayn.train.loss import label_smoothed_loss
+from aiayn.train.trainer import Trainer, train
+from tiny_run import one_thread, prepared_data, tiny_config  # noqa: F401 (autouse fixture)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return prepared_data(tmp_path_factory.mktemp("data"))
+
+
+def log_lines(out_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (out_dir / "train_log.jsonl").read_text().splitlines()]
+
+
+def test_a_short_run_learns_logs_and_keeps_the_last_and_best_checkpoints(data, tmp_path):
+    config = tiny_config(data, tmp_path, "train.max_steps=30", "train.save_every_steps=5",
+                         "train.keep_last=2", "train.valid_every_steps=10", "train.warmup=5")  # fmt: skip
+    result = train(config)
+    assert (result.steps, result.stopped) == (30, "max_steps")
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["best", "step-000025", "step-000030"]  # keep_last=2, no temporaries
+    assert result.final_checkpoint == tmp_path / "checkpoints" / "step-000030"
+    log = log_lines(tmp_path)
+    train_nll = [r["nll"] for r in log if r["event"] == "train"]
+    assert len(train_nll) == 30 and train_nll[-1] < train_nll[0] - 1.0
+    valid = [r for r in log if r["event"] == "valid"]
+    assert [r["step"] for r in valid] == [10, 20, 30] and valid[-1]["nll"] < valid[0]["nll"]
+    assert valid[-1]["ppl"] == pytest.approx(math.exp(valid[-1]["nll"]))
+    assert result.best_valid_nll == min(r["nll"] for r in valid)
+    best = load_checkpoint(result.best_checkpoint)
+    assert best.meta["valid"]["nll"] == result.best_valid_nll
+    assert best.config.model.vocab_size == best.tgt_vocab.size  # taken from the data
+
+
+def test_the_gradient_is_the_mean_over_the_updates_target_tokens(data, tmp_path, monkeypatch):
+    """Accumulated micro-batches, each a sum over its tokens; / all tokens of the update."""
+    config = tiny_config(data, tmp_path, "train.accum_steps=3", "train.update_tokens=1000")
+    trainer = Trainer(config, distributed.setup("cpu"), resume=None)
+    batches = [next(trainer.data.micro_batches()) for _ in range(3)]
+    trainer.batches = iter(batches)
+    reference = Trainer(config, distributed.setup("cpu"), resume=None).model
+    total = sum(b.n_tgt_tokens for b in batches)
+    loss = 0.0
+    for b in batches:
+        logits = reference(b.src, b.tgt_in)  # full logits; the pad positions drop out below
+        loss = loss + label_smoothed_loss(logits, b.tgt_out, 0.1, pad_id=0)[0]
+    (loss / total).backward()
+    seen = {}
+    monkeypatch.setattr(trainer.optimizer, "step", lambda: seen.update(
+        {n: p.grad.clone() for n, p in trainer.model.named_parameters()}))  # fmt: skip
+    trainer.monitor = trainer_module.Monitor(tmp_path, 0, 1, enabled=False)
+    trainer._update()
+    for name, param in reference.named_parameters():
+        torch.testing.assert_close(seen[name], param.grad, rtol=1e-4, atol=1e-7)
+
+
+def test_stops_at_max_epochs_and_max_time(data, tmp_path):
+    by_epochs = train(tiny_config(data, tmp_path / "e", "train.max_steps=100000",
+                                  "train.max_epochs=1", "train.accum_steps=1"))  # fmt: skip
+    assert by_epochs.stopped == "max_epochs" and by_epochs.epoch == 0
+    n_batches = len(Trainer(tiny_config(data, tmp_path / "x"), distributed.setup("cpu"), None)
+                    .data.sampler)  # fmt: skip
+    assert by_epochs.steps == n_batches
+    by_time = train(tiny_config(data, tmp_path / "t", "train.max_steps=100000",
+                                "train.max_time_minutes=0.00001"))  # fmt: skip
+    assert (by_time.stopped, by_time.steps) == ("max_time", 1)
+    assert by_time.final_checkpoint.is_dir()
+
+
+def test_early_stopping_on_patience(data, tmp_path):
+    # lr_scale 0 never changes the weights, so the dev loss never improves after the first
+    config = tiny_config(data, tmp_path, "train.lr_scale=0", "train.valid_every_steps=1",
+                         "train.patience=2", "train.max_steps=100")  # fmt: skip
+    result = train(config)
+    assert (result.stopped, result.steps) == ("patience", 3)
+
+
+def test_bf16_autocast_trains_on_cpu_and_fp16_needs_a_gpu(data, tmp_path):
+    result = train(tiny_config(data, tmp_path / "bf16", "train.precision=bf16", "train.max_steps=3"))
+    assert result.steps == 3 and math.isfinite(result.train_nll)
+    with pytest.raises(ConfigError, match="fp16 needs a CUDA GPU"):
+        train(tiny_config(data, tmp_path / "fp16", "train.precision=fp16"))
+
+
+def _nan_after(calls: list[int], first_bad: int, last_bad: float = math.inf):
+    """label_smoothed_loss, but NaN for calls first_bad..last_bad (0-based)."""
+
+    def loss(*args, **kwargs):
+        smoothed, nll = label_smoothed_loss(*args, **kwargs)
+        calls.append(1)
+        if first_bad <= len(calls) - 1 <= last_bad:
+            return smoothed * math.nan, nll * math.nan
+        return smoothed, nll
+
+    return loss
+
+
+def test_a_non_finite_loss_skips_its_update(data, tmp_path, monkeypatch):
+    calls: list[int] = []
+    # accum_steps 2: calls 6 and 7 are update 4's micro-batches; poison one of them
+    monkeypatch.setattr(trainer_module, "label_smoothed_loss", _nan_after(calls, 6, 6))
+    result = train(tiny_config(data, tmp_path, "train.max_steps=10", "train.accum_steps=2"))
+    assert result.steps == 10 and len(calls) == 2 * 11  # one update more: the skipped one
+    skips = [r for r in log_lines(tmp_path) if r["event"] == "skip"]
+    assert [(r["step"], r["in_a_row"]) for r in skips] == [(3, 1)]
+    weights = read_weights(result.final_checkpoint)
+    assert all(t.isfinite().all() for t in weights.values())
+
+
+def test_k_bad_updates_in_a_row_stop_the_run_and_the_last_good_checkpoint_survives(
+    data, tmp_path, monkeypatch
+):
+    calls: list[int] = []
+    monkeypatch.setattr(trainer_module, "label_smoothed_loss", _nan_after(calls, 8))
+    config = tiny_config(data, tmp_path, "train.save_every_steps=1", "train.max_bad_steps=3",
+                         "train.accum_steps=2", "train.max_steps=50")  # fmt: skip
+    with pytest.raises(TrainingError, match="3 updates in a row had a non-finite loss"):
+        train(config)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names[-1] == "step-000004"  # updates 1-4 were good
+    ckpt = load_checkpoint(tmp_path / "checkpoints" / "step-000004")
+    assert all(p.isfinite().all() for p in ckpt.model.parameters())
+    monkeypatch.setattr(trainer_module, "label_smoothed_loss", label_smoothed_loss)
+    resumed = train(tiny_config(data, tmp_path, "train.max_steps=6", "train.accum_steps=2"),
+                    resume=tmp_path)  # fmt: skip
+    assert resumed.steps == 6
+
+
+def test_resuming_with_another_architecture_is_refused(data, tmp_path):
+    train(tiny_config(data, tmp_path, "train.max_steps=2"))
+    with pytest.raises(CheckpointError, match="model.d_ff: 32 in the checkpoint, 64 now"):
+        train(tiny_config(data, tmp_path, "train.max_steps=4", "model.d_ff=64"), resume=tmp_path)
+
+
+def test_cli_train_then_resume_with_overrides(data, tmp_path, capsys):
+    save_yaml(tiny_config(data, tmp_path / "run", "train.max_steps=3"), tmp_path / "c.yaml")
+    assert main(["train", str(tmp_path / "c.yaml")]) == 0
+    assert "training stopped (max_steps) after 3 updates" in capsys.readouterr().err
+    assert main(["train", "--resume", str(tmp_path / "run"), "train.max_steps=5"]) == 0
+    assert load_checkpoint(tmp_path / "run" / "checkpoints" / "step-000005").meta["step"] == 5
+    assert main(["train"]) == 2
+    assert "give a PRESET_OR_CONFIG, or --resume DIR" in capsys.readouterr().err
