@@ -1,0 +1,139 @@
+"""Exact resume: 10 + 10 updates equal 20 bit for bit; a run killed at any moment (SIGKILL,
+even mid-write) leaves a complete checkpoint to resume from; Ctrl-C saves and exits 130."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import aiayn.train.run_state as run_state
+from aiayn.checkpoint import load_checkpoint, read_trainer_state, read_weights
+from aiayn.config import save_yaml
+from aiayn.train.checkpoints import resume_candidates, step_checkpoints
+from aiayn.train.trainer import train
+from tiny_run import one_thread, prepared_data, tiny_config  # noqa: F401 (autouse fixture)
+
+# dropout on (so the RNG matters), small batches (so 20 updates cross an epoch), a validation
+# and a checkpoint inside the run
+EXACT = ("model.p_drop=0.1", "data.max_tokens=200", "train.accum_steps=4",
+         "train.save_every_steps=10", "train.valid_every_steps=5")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return prepared_data(tmp_path_factory.mktemp("data"))
+
+
+def test_ten_plus_ten_updates_equal_twenty_bit_for_bit(data, tmp_path, monkeypatch):
+    whole = train(tiny_config(data, tmp_path / "whole", *EXACT))
+    assert whole.epoch >= 1  # the data position is restored across an epoch boundary
+    first = train(tiny_config(data, tmp_path / "split", *EXACT, "train.max_steps=10"))
+    assert first.steps == 10
+    second = train(tiny_config(data, tmp_path / "split", *EXACT), resume=tmp_path / "split")
+    assert second.steps == 20
+    a, b = read_weights(whole.final_checkpoint), read_weights(second.final_checkpoint)
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    state_a, tensors_a = read_trainer_state(whole.final_checkpoint)
+    state_b, tensors_b = read_trainer_state(second.final_checkpoint)
+    assert state_a["sampler"] == state_b["sampler"] and state_a["rng"] == state_b["rng"]
+    assert all(torch.equal(tensors_a[name], tensors_b[name]) for name in tensors_a)
+    # the test has teeth: without the RNG states (dropout masks) the weights differ
+    monkeypatch.setattr(run_state, "restore_rng", lambda *args: torch.manual_seed(123))
+    other = train(tiny_config(data, tmp_path / "split", *EXACT, "train.out_dir=" +
+                              str(tmp_path / "other")), resume=first.final_checkpoint)  # fmt: skip
+    c = read_weights(other.final_checkpoint)
+    assert not all(torch.equal(a[name], c[name]) for name in a)
+
+
+def _start(args: list[str], **kwargs) -> subprocess.Popen:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, **kwargs)  # fmt: skip
+
+
+def _wait_for(predicate, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"training exited with {proc.returncode}: {proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("timed out waiting for the training process")
+        time.sleep(0.05)
+
+
+def _newest_step(out: Path) -> int:
+    found = step_checkpoints(out / "checkpoints")
+    return found[-1][0] if found else 0
+
+
+# Runs `aiayn train` with `aiayn.checkpoint.save_file` slowed down while it writes the
+# trainer state of step 3: the parent kills it in the middle of that checkpoint's write.
+HANG_IN_WRITE = """
+import sys, time
+import aiayn.checkpoint as checkpoint
+real = checkpoint.save_file
+def save_file(tensors, filename, *args, **kwargs):
+    real(tensors, filename, *args, **kwargs)
+    if ".step-000003.tmp-" in filename and filename.endswith("trainer_state.safetensors"):
+        open(sys.argv[2], "w").close()
+        time.sleep(600)
+checkpoint.save_file = save_file
+from aiayn.cli import main
+sys.exit(main(["train", sys.argv[1]]))
+"""
+
+
+def test_sigkill_at_any_moment_leaves_a_resumable_checkpoint(data, tmp_path):
+    out = tmp_path / "run"
+    config = tiny_config(data, out, "train.max_steps=100000", "train.save_every_steps=1",
+                         "train.keep_last=3")  # fmt: skip
+    save_yaml(config, tmp_path / "c.yaml")
+    marker = tmp_path / "in-write"
+    proc = _start(["-c", HANG_IN_WRITE, str(tmp_path / "c.yaml"), str(marker)])
+    _wait_for(marker.exists, proc)
+    proc.kill()
+    proc.wait()
+    leftovers = [p.name for p in (out / "checkpoints").glob(".step-000003.tmp-*")]
+    assert leftovers and _newest_step(out) == 2  # killed mid-write: step 2 is the newest
+    steps = [2]
+    rng = random.Random(0)
+    for _ in range(3):  # resume, let it save at least one more, kill it at a random moment
+        proc = _start(["-m", "aiayn", "train", "--resume", str(out)])
+        _wait_for(lambda: _newest_step(out) > steps[-1], proc)
+        time.sleep(rng.uniform(0.0, 0.3))
+        proc.kill()
+        proc.wait()
+        newest = resume_candidates(out)[0]
+        ckpt = load_checkpoint(newest)
+        state, _ = read_trainer_state(newest)
+        assert state["loop"]["step"] == ckpt.meta["step"] > steps[-1]
+        steps.append(state["loop"]["step"])
+    result = train(tiny_config(data, out, f"train.max_steps={steps[-1] + 2}"), resume=out)
+    assert result.steps == steps[-1] + 2
+    assert not list((out / "checkpoints").glob(".*"))  # the killed runs' temporaries are gone
+
+
+def test_ctrl_c_saves_a_checkpoint_and_exits_130(data, tmp_path):
+    out = tmp_path / "run"
+    save_yaml(tiny_config(data, out, "train.max_steps=100000", "train.save_every_steps=2"),
+              tmp_path / "c.yaml")  # fmt: skip
+    proc = _start(["-m", "aiayn", "train", str(tmp_path / "c.yaml")])
+    _wait_for(lambda: _newest_step(out) >= 2, proc)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "SIGINT: saving a checkpoint" in stderr and "training stopped (interrupted)" in stderr
+    end = json.loads((out / "train_log.jsonl").read_text().splitlines()[-1])
+    assert end["event"] == "end" and end["stopped"] == "interrupted"
+    newest = resume_candidates(out)[0]
+    assert read_trainer_state(newest)[0]["loop"]["step"] == end["step"]
