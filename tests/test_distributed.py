@@ -1,0 +1,71 @@
+"""`torchrun --nproc_per_node 2` on CPU (gloo): both ranks end with the same weights, and
+they equal one process accumulating twice as many micro-batches (sec. 5.1's batches split
+over devices change nothing but the speed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from aiayn.checkpoint import read_weights
+from aiayn.config import save_yaml
+from aiayn.data.batching import TokenBatchSampler
+from aiayn.data.binarize import BinarizedDataset
+from aiayn.train.trainer import train
+from tiny_run import one_thread, prepared_data, tiny_config  # noqa: F401 (autouse fixture)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def even_budget(data: Path) -> int:
+    """A batch budget whose epoch has an even number of batches: then 2 ranks share exactly
+    the batches one process sees (an odd count would make the sampler split one)."""
+    train_set = BinarizedDataset(data, "train")
+    for max_tokens in range(200, 400, 10):
+        if len(TokenBatchSampler(train_set.src_lengths, train_set.tgt_lengths, max_tokens)) % 2 == 0:
+            return max_tokens
+    raise AssertionError("no budget with an even batch count")
+
+
+def test_two_ranks_equal_one_process_with_twice_the_accumulation(tmp_path):
+    data = prepared_data(tmp_path / "data")
+    common = ("train.max_steps=3", "model.p_drop=0.0", f"data.max_tokens={even_budget(data)}")
+    save_yaml(tiny_config(data, tmp_path / "ddp", *common, "train.accum_steps=1"), tmp_path / "c.yaml")
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+        "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+        "-m", "aiayn", "train", str(tmp_path / "c.yaml"),
+    ]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = [json.loads(line) for line in (tmp_path / "ddp" / "train_log.jsonl").read_text().splitlines()]
+    end = log[-1]
+    assert end["event"] == "end" and end["step"] == 3
+    digests = end["rank_weights_sha256"]
+    assert len(digests) == 2 and digests[0] == digests[1]  # the ranks hold identical weights
+
+    single = train(tiny_config(data, tmp_path / "one", *common, "train.accum_steps=2"))
+    ddp = read_weights(tmp_path / "ddp" / "checkpoints" / "step-000003")
+    one = read_weights(single.final_checkpoint)
+    for name, tensor in one.items():
+        torch.testing.assert_close(ddp[name], tensor, rtol=0, atol=1e-5)
+    # Adam hides a constant gradient scale; the logged gradient norms and losses do not
+    one_log = [json.loads(line) for line in (tmp_path / "one" / "train_log.jsonl").read_text().splitlines()]
+    for key in ("grad_norm", "loss", "tokens"):
+        ours = [r[key] for r in log if r["event"] == "train"]
+        assert ours == pytest.approx([r[key] for r in one_log if r["event"] == "train"], rel=1e-5)
+    valid = [r for r in log if r["event"] == "valid"][-1]  # each rank validated half the set
+    assert valid["tokens"] == single.last_valid["tokens"]
+    assert valid["nll"] == pytest.approx(single.last_valid["nll"], abs=1e-5)
