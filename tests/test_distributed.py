@@ -49,7 +49,10 @@ def test_two_ranks_equal_one_process_with_twice_the_accumulation(tmp_path):
     ]  # fmt: skip
     env = dict(os.environ, OMP_NUM_THREADS="1")
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    if done.returncode != 0:  # the workers' own error lines first, then the tail
+        causes = [line for line in done.stderr.splitlines()
+                  if any(k in line for k in ("Error", "error:", "terminate", "what()"))]  # fmt: skip
+        raise AssertionError("\n".join(causes[:20]) + "\n...\n" + done.stderr[-3000:])
     log = [json.loads(line) for line in (tmp_path / "ddp" / "train_log.jsonl").read_text().splitlines()]
     end = log[-1]
     assert end["event"] == "end" and end["step"] == 3

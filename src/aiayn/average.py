@@ -94,7 +94,9 @@ def _check_same_kind(paths: list[Path]) -> None:
         other = read_config(path)
         if other.model != config.model:
             ours, theirs = dataclasses.asdict(config.model), dataclasses.asdict(other.model)
-            diff = ", ".join(f"model.{k}: {ours[k]} vs {theirs[k]}" for k in ours if ours[k] != theirs[k])
+            diff = ", ".join(
+                f"model.{k}: {ours[k]} vs {theirs[k]}" for k in ours if ours[k] != theirs[k]
+            )
             raise CheckpointError(
                 f"cannot average {first} and {path}: different architectures ({diff})"
             )

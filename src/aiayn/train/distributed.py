@@ -10,12 +10,15 @@ with WORLD_SIZE=1) the trainer runs as a single process and nothing here communi
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from aiayn.errors import ConfigError
 
@@ -108,6 +111,20 @@ def _cpu_group() -> Any:
     return _CPU_GROUP[0] if _CPU_GROUP else None
 
 
-def barrier(env: DistEnv) -> None:
-    if env.distributed:
-        dist.barrier()
+def wrap_ddp(module: nn.Module, env: DistEnv) -> nn.Module:
+    """DistributedDataParallel without per-forward buffer broadcasts (the only buffer, the
+    sinusoid table, is the same everywhere)."""
+    ddp = nn.parallel.DistributedDataParallel
+    no_sync = {"broadcast_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(ddp).parameters:  # torch >= 2.13's name
+        no_sync = {"forward_sync_buffers": False}
+    ids = [env.device.index] if env.device.type == "cuda" else None
+    return ddp(module, device_ids=ids, **no_sync)
+
+
+def weights_digest(model: nn.Module) -> str:
+    """sha256 of the weights' bytes: equal on every rank, or DDP went wrong."""
+    digest = hashlib.sha256()
+    for tensor in model.state_dict().values():
+        digest.update(tensor.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()

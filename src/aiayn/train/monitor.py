@@ -101,9 +101,8 @@ def format_summary(result: Any) -> str:
         f"epoch {result.epoch}, {result.elapsed_s / 60:.1f} min",
     ]
     if result.train_nll is not None:
-        lines.append(
-            f"  last train loss: NLL {result.train_nll:.3f}/token, ppl {perplexity(result.train_nll):.2f}"
-        )
+        nll = result.train_nll
+        lines.append(f"  last train loss: NLL {nll:.3f}/token, ppl {perplexity(nll):.2f}")
     if result.best_valid_nll is not None:
         lines.append(
             f"  best dev loss:   NLL {result.best_valid_nll:.3f}/token, "

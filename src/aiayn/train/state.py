@@ -43,7 +43,9 @@ def capture_rng(prefix: str = "rng") -> RngState:
     return scalars, tensors
 
 
-def restore_rng(scalars: dict[str, Any], tensors: dict[str, torch.Tensor], prefix: str = "rng") -> None:
+def restore_rng(
+    scalars: dict[str, Any], tensors: dict[str, torch.Tensor], prefix: str = "rng"
+) -> None:
     """Put back what `capture_rng` took (CUDA states only for devices present in both)."""
     version, internal, gauss = scalars["python"]
     random.setstate((version, tuple(internal), gauss))
@@ -80,7 +82,7 @@ def optimizer_from_json(
     state: dict[int, dict[str, Any]] = {}
     for index, values in scalars["state"].items():
         state[int(index)] = {
-            key: tensors[value["tensor"]] if isinstance(value, dict) and "tensor" in value else value
+            key: tensors[value["tensor"]] if _is_tensor_ref(value) else value
             for key, value in values.items()
         }
     groups = [dict(group) for group in scalars["param_groups"]]
@@ -88,6 +90,10 @@ def optimizer_from_json(
         if "betas" in group:
             group["betas"] = tuple(group["betas"])
     optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _is_tensor_ref(value: Any) -> bool:
+    return isinstance(value, dict) and "tensor" in value
 
 
 def _jsonable(value: Any) -> Any:

@@ -12,7 +12,6 @@ times as many micro-batches. Logits are computed at real target positions only.
 
 from __future__ import annotations
 
-import inspect
 import math
 import signal
 import threading
@@ -143,11 +142,14 @@ class Trainer:
             self.resumed_from = restore(self, resume_candidates(resume))
         self.forward = _RealTokenLogits(self.model)
         if env.distributed:
-            self.forward = _ddp(self.forward, env)
+            self.forward = distributed.wrap_ddp(self.forward, env)
         self.checkpoints = RunCheckpoints(t.out_dir, t.keep_last)
         self.batches = self.data.micro_batches()
         self.clock = _Clock()
-        self.last_saved: Path | None = None
+        self.last_saved: Path | None = None  # a resumed checkpoint of this run counts as saved
+        resumed = self.resumed_from
+        if resumed is not None and resumed.parent.resolve() == self.checkpoints.dir.resolve():
+            self.last_saved = resumed
         self.signal: int | None = None
 
     # --- the loop ------------------------------------------------------------------------
@@ -156,8 +158,10 @@ class Trainer:
         self.monitor = Monitor(Path(t.out_dir), self.state.step, t.max_steps, env.is_main)
         if env.is_main:
             self.checkpoints.clean_temporaries()
-        self.monitor.record("start", self.state.step, resumed_from=str(self.resumed_from),
-                            world_size=env.world_size, accum_steps=self.state.accum_steps)  # fmt: skip
+        self.monitor.record(
+            "start", self.state.step, resumed_from=str(self.resumed_from),
+            world_size=env.world_size, accum_steps=self.state.accum_steps,
+        )  # fmt: skip
         self.model.train()
         try:
             with _StopSignals(self):
@@ -180,7 +184,8 @@ class Trainer:
             if stepped and t.valid_every_steps and step % t.valid_every_steps == 0:
                 if self._validate():
                     return "patience"
-            if update.save_due or (stepped and t.save_every_steps and step % t.save_every_steps == 0):
+            every = t.save_every_steps
+            if update.save_due or (stepped and every and step % every == 0):
                 self._save()
             if update.interrupt:
                 return "interrupted"
@@ -190,11 +195,12 @@ class Trainer:
     def _finish(self, stopped: str) -> TrainResult:
         """Validate and save the final state (unless just done), print the summary."""
         step = self.state.step
-        if stopped != "interrupted" and self.data.valid is not None and self.state.valid_step != step:
+        validated = self.data.valid is None or self.state.valid_step == step
+        if stopped != "interrupted" and not validated:
             self._validate()
         if self.last_saved is None or self.last_saved.name != step_name(step):
             self._save()
-        digests = distributed.gather_to_main(_weights_digest(self.model), self.env)
+        digests = distributed.gather_to_main(distributed.weights_digest(self.model), self.env)
         result = TrainResult(
             out_dir=Path(self.config.train.out_dir), steps=step, epoch=self.data.sampler.epoch,
             stopped=stopped, final_checkpoint=self.last_saved,
@@ -275,7 +281,7 @@ class Trainer:
         time_up = t.max_time_minutes and now - self.clock.start >= 60 * t.max_time_minutes
         save_due = t.save_every_minutes and now - self.clock.last_save >= 60 * t.save_every_minutes
         main = self.env.is_main
-        return [float(self.signal is not None), float(main and bool(time_up)), float(main and bool(save_due))]
+        return [float(self.signal is not None), float(main and time_up), float(main and save_due)]
 
     def _account(self, update: _Update) -> None:
         """Count bad updates (stop after max_bad_steps in a row), log, move the bar."""
@@ -331,8 +337,10 @@ class Trainer:
         stats = validation_loss(self.model, self.data.valid, self.config.data.max_tokens,
                                 t.eps_ls, env, self._autocast())  # fmt: skip
         if t.valid_bleu_lines and env.is_main:
-            stats["bleu"] = dev_bleu(self.model, self.data.valid, self.data.tgt_vocab,
-                                     t.valid_bleu_lines, self.config.data.max_tokens, env.device)  # fmt: skip
+            stats["bleu"] = dev_bleu(
+                self.model, self.data.valid, self.data.tgt_vocab, t.valid_bleu_lines,
+                self.config.data.max_tokens, env.device,
+            )  # fmt: skip
         state.valid_step, state.last_valid = state.step, stats
         if state.best_valid_nll is None or stats["nll"] < state.best_valid_nll:
             state.best_valid_nll, state.stale_validations = stats["nll"], 0
@@ -353,30 +361,11 @@ class Trainer:
         payload = collect_state(self)
         self.last_saved = self.checkpoints.dir / step_name(self.state.step)
         if self.env.is_main:
-            self.checkpoints.save_step(self.state.step, lambda p: write_checkpoint(self, p, payload))
+            write = lambda path: write_checkpoint(self, path, payload)  # noqa: E731
+            self.checkpoints.save_step(self.state.step, write)
             self.monitor.record("checkpoint", self.state.step, path=str(self.last_saved))
         self.clock.last_save = time.monotonic()
         return self.last_saved
-
-
-def _ddp(module: nn.Module, env: distributed.DistEnv) -> nn.Module:
-    """DistributedDataParallel without per-forward buffer broadcasts (the only buffer, the
-    sinusoid table, is the same everywhere)."""
-    ddp = nn.parallel.DistributedDataParallel
-    no_sync = {"broadcast_buffers": False}
-    if "forward_sync_buffers" in inspect.signature(ddp).parameters:  # torch >= 2.13's name
-        no_sync = {"forward_sync_buffers": False}
-    ids = [env.device.index] if env.device.type == "cuda" else None
-    return ddp(module, device_ids=ids, **no_sync)
-
-
-def _weights_digest(model: nn.Module) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    for tensor in model.state_dict().values():
-        digest.update(tensor.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 class _StopSignals:
