@@ -88,3 +88,13 @@ def test_base_preset_is_the_paper():
     assert (config.decode.beam, config.decode.alpha, config.decode.max_len_offset) == (4, 0.6, 50)
     assert config.model == ModelConfig()
     assert config.model.norm == "post" and config.model.tie_embeddings
+
+
+def test_a_yaml_file_may_start_from_a_preset(tmp_path):
+    path = tmp_path / "r.yaml"
+    path.write_text("preset: big\ntrain:\n  max_steps: 7\n")
+    config = load_yaml(path)
+    assert config.model == preset("big").model and config.train.max_steps == 7
+    path.write_text("preset: huge\n")
+    with pytest.raises(ConfigError, match="unknown preset 'huge'"):
+        load_yaml(path)

@@ -216,20 +216,27 @@ def to_dict(config: Config) -> dict[str, Any]:
 
 
 def from_dict(data: dict[str, Any], where: str = "config") -> Config:
-    """Build a `Config` from a nested dict, refusing unknown sections and keys."""
+    """Build a `Config` from a nested dict, refusing unknown sections and keys.
+
+    An optional top-level `preset: NAME` starts from that preset instead of the defaults,
+    so a recipe file states only what it changes (e.g. `preset: big` plus its data).
+    """
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping of sections, got {type(data).__name__}")
+    data = dict(data)
+    start = preset(data.pop("preset")) if "preset" in data else Config()
     unknown = set(data) - set(_SECTIONS)
     if unknown:
         raise ConfigError(
-            f"{where}: unknown section(s) {sorted(unknown)}; valid sections: {', '.join(_SECTIONS)}"
+            f"{where}: unknown section(s) {sorted(unknown)}; valid sections: "
+            f"{', '.join(_SECTIONS)} (and `preset`)"
         )
     flat = {}
     for section, values in data.items():
         if not isinstance(values, dict):
             raise ConfigError(f"{where}: section {section!r} must be a mapping")
         flat.update({f"{section}.{key}": value for key, value in values.items()})
-    return _with_values(Config(), flat, where)
+    return _with_values(start, flat, where)
 
 
 def save_yaml(config: Config, path: str | Path) -> None:
