@@ -19,6 +19,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # One line per command, in the order `aiayn --help` shows them.
+    _add_demo(sub)
     _add_info(sub)
     _add_prepare(sub)
     _add_train(sub)
@@ -26,6 +27,22 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_translate(sub)
     _add_evaluate(sub)
     return parser
+
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo", help="offline: generate En-De data, prepare, train, translate, print BLEU"
+    )
+    p.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
+    p.add_argument("--fast", action="store_true", help="a tiny run of seconds (for tests)")
+    p.set_defaults(run=_run_demo)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from aiayn.demo import run_demo
+
+    run_demo(args.out, fast=args.fast)
+    return 0
 
 
 def _add_info(sub: argparse._SubParsersAction) -> None:
