@@ -22,7 +22,6 @@ from torch import Tensor
 from aiayn.config import DecodeConfig
 from aiayn.data.vocab import BOS_ID, EOS_ID
 from aiayn.decode.strategy import NEG_INF, BeamStrategy, GreedyStrategy, Hypothesis
-from aiayn.model.attention import KVCache
 
 
 @torch.no_grad()
@@ -109,22 +108,7 @@ def run_search(
             next_tokens = next_tokens.view(done.numel(), -1)[keep].flatten()
             within = False
         if rows is not None:
-            reorder_cache(cache, rows, within)
+            # Each row picked from its own sentence's beams: the encoder-decoder keys and
+            # values are equal across those beams and need not move (~1/5 of decode time).
+            cache.reorder(rows, within_sentences=within)
         tokens = next_tokens[:, None]  # (rows, 1)
-
-
-def reorder_cache(cache: KVCache, rows: Tensor, within_sentences: bool) -> None:
-    """`cache.reorder(rows)`, less the copies that change nothing.
-
-    The encoder-decoder keys and values (and the source mask) are the same for every beam
-    of a sentence. When each row is picked from its own sentence's block of rows, they stay
-    as they are and only the self-attention keys and values move: on a base model this
-    saves about a fifth of the decoding time.
-    """
-    if not within_sentences:
-        cache.reorder(rows)
-        return
-    for layer in cache.layers:
-        for name in ("self_k", "self_v"):
-            if getattr(layer, name) is not None:
-                setattr(layer, name, getattr(layer, name).index_select(0, rows))

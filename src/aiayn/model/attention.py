@@ -66,9 +66,15 @@ class LayerCache:
     cross_k: Tensor | None = None
     cross_v: Tensor | None = None
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep rows `index` of the batch (beam pruning: select surviving hypotheses)."""
-        for name in ("self_k", "self_v", "cross_k", "cross_v"):
+    def reorder(self, index: Tensor, self_only: bool = False) -> None:
+        """Keep rows `index` of the batch (beam pruning: select surviving hypotheses).
+
+        `self_only`: leave the encoder-decoder keys/values in place, which is right when
+        every row is picked from its own sentence's block (they are equal across a
+        sentence's beams) and saves their copy.
+        """
+        names = ("self_k", "self_v") if self_only else ("self_k", "self_v", "cross_k", "cross_v")
+        for name in names:
             tensor = getattr(self, name)
             if tensor is not None:
                 setattr(self, name, tensor.index_select(0, index))
@@ -84,10 +90,13 @@ class KVCache:
     src_pad_mask: Tensor  # (batch, src_len), True = padding
     length: int = 0  # target positions already decoded
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, within_sentences: bool = False) -> None:
+        """Keep rows `index`. With `within_sentences` (each row taken from its own
+        sentence's beams), the per-sentence encoder-decoder state stays where it is."""
         for layer in self.layers:
-            layer.reorder(index)
-        self.src_pad_mask = self.src_pad_mask.index_select(0, index)
+            layer.reorder(index, self_only=within_sentences)
+        if not within_sentences:
+            self.src_pad_mask = self.src_pad_mask.index_select(0, index)
 
 
 class MultiHeadAttention(nn.Module):
