@@ -1,8 +1,12 @@
+import errno
+import os
 import pickle
 
 import pytest
 import torch
+from safetensors import SafetensorError
 
+import aiayn.checkpoint as checkpoint
 from aiayn.checkpoint import (
     SHARED_VOCAB,
     WEIGHTS,
@@ -114,3 +118,48 @@ def test_trainer_state_round_trip_and_absence(tmp_path, vocab):
     plain, _, _ = _saved(tmp_path, vocab)
     with pytest.raises(CheckpointError, match="no trainer state"):
         read_trainer_state(plain)
+
+
+def _plant_pickles(directory, marker):
+    """A payload that would create `marker` if unpickled, under names a loader might try."""
+    payload = _Payload()
+    payload.marker = str(marker)
+    data = pickle.dumps(payload)
+    for name in ("model.pt", "optimizer.pt", "trainer_state.pkl"):
+        (directory / name).write_bytes(data)
+    return data
+
+
+def test_pickles_beside_or_instead_of_the_weights_never_run(tmp_path, vocab):
+    path, _, _ = _saved(tmp_path, vocab)
+    marker = tmp_path / "pwned"
+    data = _plant_pickles(path, marker)
+    load_checkpoint(path)  # the safetensors weights load; the pickles are not opened
+    assert not marker.exists()
+    (path / WEIGHTS).write_bytes(data)  # a pickle under the weights' name
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("fault", ["safetensors", "json"])
+def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path, vocab, monkeypatch, fault):
+    path, model, config = _saved(tmp_path, vocab)
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+    if fault == "safetensors":  # what safetensors raises on a full disk (seen on a tmpfs)
+        message = "Error while serializing: I/O error: No space left on device (os error 28)"
+        error: Exception = SafetensorError(message)
+    else:
+        error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def full(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(checkpoint, "save_file" if fault == "safetensors" else "_write_json", full)
+    with torch.no_grad():
+        model.encoder[0].ffn.w_1.weight.add_(1.0)
+    with pytest.raises(CheckpointError, match="cannot write the checkpoint.*No space left"):
+        save_checkpoint(path, model, config, vocab, vocab, meta={"step": 8})
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary left
+    assert load_checkpoint(path).meta["step"] == 7

@@ -44,6 +44,9 @@ def test_derived_head_dims_follow_d_model_overrides():
         ("seed=3", "ambiguous"),
         ("d_model", "key=value"),
         ("model.p_drop=1.5", "p_drop must be in [0, 1)"),
+        ("n_layers=0", "model.n_layers must be positive"),
+        ("model.d_k=-8", "model.d_k must be positive"),
+        ("decode.nbest=5", "need 1 <= nbest <= beam"),
     ],
 )
 def test_bad_overrides_name_the_problem(override, message):

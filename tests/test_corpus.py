@@ -6,6 +6,8 @@ import gzip
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiayn.data.corpus import (
     FilterStats,
@@ -142,3 +144,77 @@ def test_truncated_gzip_is_reported(tmp_path: Path) -> None:
     path = write(tmp_path / "cut.en.gz", packed[: len(packed) // 2])
     with pytest.raises(DataError, match=r"cut\.en\.gz: line \d+: cannot read"):
         list(read_lines(path))
+
+
+def test_a_one_megabyte_line_reads_whole(tmp_path: Path) -> None:
+    """No line-length limit in the reader: length is the length filter's business."""
+    long = "ab c" * (1 << 18)  # 1 MiB of text
+    path = write(tmp_path / "long.en", f"short\n{long}\nlast\n".encode())
+    assert list(read_lines(path)) == ["short", long, "last"]
+
+
+def test_control_characters_other_than_nul_are_kept(tmp_path: Path) -> None:
+    """Tabs, ESC, DEL, form feed and C1 controls are text (NUL alone means binary data)."""
+    line = "a\tb\x1b[0m\x7f\x0c\x85\u200bc"
+    path = write(tmp_path / "ctl.en", f"{line}\nplain\n".encode())
+    assert list(read_lines(path)) == [line, "plain"]
+
+
+def test_an_unreadable_file_is_named(tmp_path: Path, monkeypatch) -> None:
+    import aiayn.data.corpus as corpus
+
+    path = write(tmp_path / "locked.en", b"text\n")
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    # the module's own `open`: a chmod does not stop root, who may run the tests
+    monkeypatch.setattr(corpus, "open", denied, raising=False)
+    with pytest.raises(DataError, match=r"locked\.en: cannot read \(Permission denied\)"):
+        list(read_lines(path))
+
+
+def test_corrupt_gzip_data_is_reported(tmp_path: Path) -> None:
+    """A valid gzip header over garbage raises zlib.error inside gzip: still a DataError."""
+    header = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+    path = write(tmp_path / "junk.en.gz", header + bytes(range(7, 200, 3)))
+    with pytest.raises(DataError, match=r"junk\.en\.gz: line 1: cannot read"):
+        list(read_lines(path))
+
+
+# Any line of Unicode text: no LF (the separator) and no NUL (refused), no lone surrogates
+# (not encodable as UTF-8).
+LINE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\x00"))
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("property")
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(LINE, min_size=1, max_size=6), crlf=st.booleans(), final=st.booleans())
+def test_any_unicode_text_reads_back_one_line_per_line(
+    scratch: Path, lines: list[str], crlf: bool, final: bool
+) -> None:
+    ending = "\r\n" if crlf else "\n"
+    final = final or lines[-1] == ""  # without it a last empty line is no line at all
+    path = write(scratch / "any.en", (ending.join(lines) + ending * final).encode())
+    expected = [line.removesuffix("\r") if not crlf else line for line in lines]
+    expected[0] = expected[0].removeprefix("\ufeff")  # a BOM opening the file is dropped
+    assert list(read_lines(path)) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(min_size=1, max_size=64), gz_header=st.booleans())
+def test_any_bytes_give_lines_or_a_data_error(scratch: Path, data: bytes, gz_header: bool) -> None:
+    """Arbitrary bytes (also behind a gzip header) never end in anything but a DataError,
+    and what reads yields one line per LF-terminated line."""
+    if gz_header:
+        data = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff" + data
+    path = write(scratch / "bytes.en", data)
+    try:
+        got = list(read_lines(path))
+    except DataError:
+        return
+    assert gz_header or len(got) == data.count(b"\n") + (not data.endswith(b"\n"))

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -72,3 +74,58 @@ def test_two_ranks_equal_one_process_with_twice_the_accumulation(tmp_path):
     valid = [r for r in log if r["event"] == "valid"][-1]  # each rank validated half the set
     assert valid["tokens"] == single.last_valid["tokens"]
     assert valid["nll"] == pytest.approx(single.last_valid["nll"], abs=1e-5)
+
+
+# `aiayn train CONFIG`, but rank 1 dies abruptly (no cleanup, as an OOM kill or a segfault
+# would) in its third micro-batch, after the ranks have begun to exchange gradients.
+DIE_ON_RANK_1 = """
+import os, sys
+import aiayn.train.trainer as trainer
+real, calls = trainer.label_smoothed_loss, []
+def loss(*args, **kwargs):
+    calls.append(1)
+    if os.environ["RANK"] == "1" and len(calls) == 3:
+        os._exit(17)
+    return real(*args, **kwargs)
+trainer.label_smoothed_loss = loss
+from aiayn.cli import main
+sys.exit(main(["train", sys.argv[1]]))
+"""
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "direct"])
+def test_a_dying_rank_ends_the_run_with_an_error_not_a_hang(tmp_path, launcher):
+    """Under torchrun the agent stops the survivor; launched directly (as a survivor on
+    another node is) the survivor's own collective fails. Either way: an error, quickly."""
+    data = prepared_data(tmp_path / "data")
+    config = tiny_config(data, tmp_path / "run", "train.max_steps=1000", "train.accum_steps=1")
+    save_yaml(config, tmp_path / "c.yaml")
+    script = tmp_path / "die.py"
+    script.write_text(DIE_ON_RANK_1)
+    args, port = [str(script), str(tmp_path / "c.yaml")], str(free_port())
+    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    start = time.monotonic()
+    if launcher == "torchrun":
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                   "--master_addr", "127.0.0.1", "--master_port", port, *args]  # fmt: skip
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0
+        assert re.search(r"rank\s*: 1 .*\n.*exitcode\s*: 17", done.stderr)  # the cause, named
+    else:
+        ranks = [
+            subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True,
+                             env=dict(env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2"))
+            for r in (0, 1)
+        ]  # fmt: skip
+        try:
+            codes = [rank.wait(timeout=120) for rank in ranks]
+        finally:
+            for rank in ranks:
+                rank.kill()
+        survivor_err = ranks[0].stderr.read()
+        assert codes[1] == 17 and codes[0] > 0, survivor_err  # > 0: an error, not a signal
+        assert "RuntimeError" in survivor_err
+    assert time.monotonic() - start < 120
+    log = (tmp_path / "run" / "train_log.jsonl").read_text()
+    assert '"event": "start"' in log and '"event": "end"' not in log

@@ -205,3 +205,17 @@ def test_nothing_left_after_filtering_is_an_error(corpus: Path) -> None:
     with pytest.raises(DataError, match="no training pairs left"):
         small_prepare(corpus, max_tokens_per_side=1)
     assert not (corpus / "out").exists()
+
+
+def test_a_one_megabyte_line_is_a_counted_skip(corpus: Path) -> None:
+    """The vocabulary trainer, the encoder and the length filter all take a runaway line in
+    their stride: it is dropped as too long and counted, its neighbours stay aligned."""
+    src, tgt = lines(150, seed=0)
+    src[7] = " ".join(WORDS * (1 << 16))[: 1 << 20]  # 1 MiB, one line
+    write_split(corpus / "train", src, tgt)
+    manifest = small_prepare(corpus)
+    train = manifest["splits"]["train"]
+    assert train["dropped"]["too_long"] == 1 and train["pairs"] == 149
+    src_vocab, tgt_vocab = load_vocabs(corpus / "out")
+    ds = BinarizedDataset(corpus / "out", "train")
+    assert (src_vocab.decode(ds[7][0]), tgt_vocab.decode(ds[7][1])) == (src[8], tgt[8])

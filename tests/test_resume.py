@@ -3,6 +3,7 @@ even mid-write) leaves a complete checkpoint to resume from; Ctrl-C saves and ex
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -15,8 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
+import aiayn.checkpoint as checkpoint
 import aiayn.train.run_state as run_state
 from aiayn.checkpoint import load_checkpoint, read_trainer_state, read_weights
+from aiayn.cli import main
 from aiayn.config import save_yaml
 from aiayn.train.checkpoints import resume_candidates, step_checkpoints
 from aiayn.train.trainer import train
@@ -107,7 +110,9 @@ def test_sigkill_at_any_moment_leaves_a_resumable_checkpoint(data, tmp_path):
     assert leftovers and _newest_step(out) == 2  # killed mid-write: step 2 is the newest
     steps = [2]
     rng = random.Random(0)
-    for _ in range(3):  # resume, let it save at least one more, kill it at a random moment
+    # four more kill moments (five in all): resume, let it save at least one more checkpoint,
+    # then kill it at a random moment (a save every update: often inside a write or a prune)
+    for _ in range(4):
         proc = _start(["-m", "aiayn", "train", "--resume", str(out)])
         _wait_for(lambda: _newest_step(out) > steps[-1], proc)
         time.sleep(rng.uniform(0.0, 0.3))
@@ -120,6 +125,10 @@ def test_sigkill_at_any_moment_leaves_a_resumable_checkpoint(data, tmp_path):
         steps.append(state["loop"]["step"])
     result = train(tiny_config(data, out, f"train.max_steps={steps[-1] + 2}"), resume=out)
     assert result.steps == steps[-1] + 2
+    # every run went on from the newest checkpoint its predecessor completed: nothing lost
+    # beyond the last save
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if r["event"] == "start"] == [0, *steps]
     assert not list((out / "checkpoints").glob(".*"))  # the killed runs' temporaries are gone
 
 
@@ -137,3 +146,26 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(data, tmp_path):
     assert end["event"] == "end" and end["stopped"] == "interrupted"
     newest = resume_candidates(out)[0]
     assert read_trainer_state(newest)[0]["loop"]["step"] == end["step"]
+
+
+def test_disk_full_mid_run_stops_clearly_and_the_last_checkpoint_resumes(
+    data, tmp_path, monkeypatch, capsys
+):
+    real = checkpoint.save_file
+
+    def full_from_step_3(tensors, filename, *args, **kwargs):
+        if ".step-000003.tmp-" in filename:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename)
+        return real(tensors, filename, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "save_file", full_from_step_3)
+    out = tmp_path / "run"
+    save_yaml(tiny_config(data, out, "train.save_every_steps=1"), tmp_path / "c.yaml")
+    assert main(["train", str(tmp_path / "c.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "aiayn train: error: " in err and "step-000003: cannot write the checkpoint" in err
+    assert "No space left on device" in err
+    saved = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert saved == ["step-000001", "step-000002"]  # step 3's temporary is gone too
+    monkeypatch.setattr(checkpoint, "save_file", real)
+    assert train(tiny_config(data, out, "train.max_steps=4"), resume=out).steps == 4

@@ -6,10 +6,12 @@ import io
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aiayn.cli import main
 from aiayn.errors import ConfigError
-from aiayn.translate import Translator, one_line, token_batches
+from aiayn.translate import Translator, one_line, token_batches, translate_stream
 from tiny_checkpoint import save_tiny_checkpoint
 
 LINES = [
@@ -60,6 +62,16 @@ def test_cli_writes_one_line_per_input_line(ckpt, tmp_path):
     args = ["translate", "--checkpoint", str(ckpt), "-i", str(empty_file), "-o", str(out)]
     assert main(args) == 0
     assert out.read_text(encoding="utf-8") == ""
+
+
+def test_cli_bad_input_is_a_clear_error(ckpt, tmp_path, capsys):
+    out = tmp_path / "out.txt"
+    args = ["translate", "--checkpoint", str(ckpt), "-o", str(out)]
+    assert main([*args, "-i", str(tmp_path / "missing.txt")]) == 2
+    assert "missing.txt: cannot read (No such file or directory)" in capsys.readouterr().err
+    (tmp_path / "latin1.txt").write_bytes(b"ok\ncaf\xe9\n")
+    assert main([*args, "-i", str(tmp_path / "latin1.txt")]) == 2
+    assert "latin1.txt: not valid UTF-8" in capsys.readouterr().err
 
 
 def test_cli_streams_stdin_to_stdout_and_writes_nbest_lists(ckpt, monkeypatch, capsys):
@@ -122,3 +134,40 @@ def test_inputs_beyond_learned_positions_are_truncated_with_a_warning(tmp_path):
 def test_one_line_removes_line_breaks():
     assert one_line("a\nb\r\nc") == "a b c"
     assert one_line("") == ""
+
+
+def test_a_one_megabyte_line_is_truncated_with_a_warning(tmp_path, monkeypatch):
+    """Sinusoids extend to any length, attention memory does not: cut at model.max_len."""
+    ckpt = save_tiny_checkpoint(tmp_path / "short", max_len=64)
+    translator = Translator.from_checkpoint(ckpt, beam=2)
+    lengths, encode = [], translator.model.encode
+
+    def recording_encode(src, *args, **kwargs):
+        lengths.append(src.shape[1])  # (batch, src_len)
+        return encode(src, *args, **kwargs)
+
+    monkeypatch.setattr(translator.model, "encode", recording_encode)
+    long = " ".join(LINES[4:5] * (1 << 14))  # about 1 MiB of text, one line
+    with pytest.warns(UserWarning, match="1 input.* longer than the model's 64 .*truncated"):
+        out = translator.translate(["der Hund", long, ""])
+    assert len(out) == 3 and out[2] == "" and max(lengths) == 64
+
+
+@pytest.fixture(scope="module")
+def translator(ckpt):
+    return Translator.from_checkpoint(ckpt)
+
+
+# Any Unicode but lone surrogates (not text); LF is what separates the lines of a stream.
+ANY_LINE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\n"),
+                   max_size=16)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(ANY_LINE, max_size=4))
+def test_any_unicode_gives_exactly_one_output_line_per_input_line(translator, lines):
+    """Control characters, CR, U+2028, byte-fallback scripts, blanks: never a crash, and the
+    stream keeps the line count that evaluation's alignment with references relies on."""
+    out = io.StringIO()
+    count = translate_stream(translator, io.StringIO("".join(f"{x}\n" for x in lines)), out)
+    assert count == len(lines) and out.getvalue().count("\n") == len(lines)

@@ -52,7 +52,7 @@ def test_round_trip_is_exact_without_unk(vocab: Vocab, text: str) -> None:
     assert UNK_ID not in ids
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40))
 def test_round_trip_holds_for_any_text(vocab: Vocab, text: str) -> None:
     """identity normalization + byte fallback: no input is altered or mapped to <unk>."""

@@ -118,6 +118,12 @@ def save_weights_checkpoint(
             save_file(trainer_tensors or {}, str(tmp / TRAINER_TENSORS))
         _fsync_dir_files(tmp)
         _replace_dir(tmp, path)
+    except (OSError, SafetensorError) as err:  # disk full (safetensors: SafetensorError), I/O
+        shutil.rmtree(tmp, ignore_errors=True)
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else err
+        raise CheckpointError(
+            f"{path}: cannot write the checkpoint ({reason}); any previous one is kept"
+        ) from err
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -266,6 +272,11 @@ def _replace_dir(tmp: Path, path: Path) -> None:
     if path.exists():
         old = path.with_name(f".{path.name}.old-{os.getpid()}")
         os.replace(path, old)
-    os.replace(tmp, path)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        if old is not None:  # put the previous checkpoint back under its name
+            os.replace(old, path)
+        raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

@@ -45,7 +45,9 @@ class ModelConfig:
     p_drop_attn: float = 0.0
     p_drop_ffn: float = 0.0
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"  # sec. 3.5; Table 3 row E
-    max_len: int = 1024  # positions a learned embedding holds (sinusoids extend as needed)
+    # Positions a learned embedding holds. Sinusoids extend to any length, but attention
+    # memory does not: `Translator` truncates longer sources to max_len, with a warning.
+    max_len: int = 1024
     # The paper is post-LN: LayerNorm(x + Sublayer(x)) (sec. 3.1). Pre-LN is a later variant.
     norm: Literal["post", "pre"] = "post"
     ln_eps: float = 1e-6  # not in the paper; tensor2tensor's value

@@ -133,15 +133,19 @@ class Translator:
         return found
 
     def _encode(self, texts: list[str]) -> list[list[int]]:
-        """Source ids + eos, truncated (with a warning) where learned positions end."""
+        """Source ids + eos, truncated (with a warning) to `model.max_len` tokens.
+
+        Learned positions end there; sinusoids would go on, but attention memory grows with
+        the square of the length, so a runaway line (say 1 MB of text) would otherwise fail
+        deep inside torch, or exhaust memory, instead of giving its one output line.
+        """
         ids = [x + [self.src_vocab.eos_id] for x in self.src_vocab.encode_batch(texts)]
         config = self.model.config
-        if config.positional != "learned":
-            return ids
         long = sum(len(x) > config.max_len for x in ids)
         if long:
+            kind = "learned positions" if config.positional == "learned" else "model.max_len"
             warnings.warn(
-                f"{long} input(s) longer than the model's {config.max_len} learned positions "
+                f"{long} input(s) longer than the model's {config.max_len} {kind} "
                 f"were truncated to {config.max_len} tokens",
                 stacklevel=3,
             )

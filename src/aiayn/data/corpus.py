@@ -7,9 +7,9 @@ never sits in memory, so every check happens line by line as the pairs go past.
 
 Why the checks are strict: a misaligned or mis-encoded corpus trains a model that is
 silently bad. So each problem raises `DataError` naming the file (and the line) at fault:
-a missing or empty file, sides of different lengths, invalid UTF-8, NUL bytes, a TSV line
-without exactly two columns. What is *tolerated*: Windows line endings (a trailing CR is
-removed) and a UTF-8 byte-order mark on the first line (removed).
+a missing, empty or unreadable file, sides of different lengths, invalid UTF-8, NUL bytes,
+a TSV line without exactly two columns. What is *tolerated*: Windows line endings (a
+trailing CR is removed) and a UTF-8 byte-order mark on the first line (removed).
 
 Lines are split on LF only (never on U+2028 or a lone CR, as `str.splitlines` would), so
 line N here is line N for `sed -n Np` and `wc -l`.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,11 +118,14 @@ def _open_binary(path: Path) -> BinaryIO:
     """Open plain or gzip by content (magic bytes), not by name: a mislabelled file still reads."""
     if not path.is_file():
         raise DataError(f"{path}: no such file")
-    with open(path, "rb") as probe:
-        magic = probe.read(2)
-    if magic == _GZIP_MAGIC:
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
+    try:  # e.g. no read permission: name the file rather than end in a bare OSError
+        with open(path, "rb") as probe:
+            magic = probe.read(2)
+        if magic == _GZIP_MAGIC:
+            return gzip.open(path, "rb")  # type: ignore[return-value]
+        return open(path, "rb")
+    except OSError as err:
+        raise DataError(f"{path}: cannot read ({err.strerror or err})") from err
 
 
 def read_lines(path: str | Path) -> Iterator[str]:
@@ -136,7 +140,7 @@ def read_lines(path: str | Path) -> Iterator[str]:
         try:
             for lineno, raw in enumerate(handle, start=1):
                 yield _decode_line(raw, path, lineno)
-        except (OSError, EOFError) as err:  # truncated or corrupt gzip stream
+        except (OSError, EOFError, zlib.error) as err:  # truncated or corrupt gzip stream
             raise DataError(f"{path}: line {lineno + 1}: cannot read: {err}") from err
     if lineno == 0:
         raise DataError(f"{path}: file is empty")
