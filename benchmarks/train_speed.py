@@ -1,0 +1,241 @@
+"""Training speed: aiayn against `torch.nn.Transformer` and HuggingFace MarianMT, same batches.
+
+    .venv/bin/python benchmarks/train_speed.py [--sizes small,base] [--device cpu|cuda]
+        [--dtype float32|bfloat16] [--tokens 4000] [--steps 6] [--compile]
+
+One training step = forward, label-smoothed (0.1) cross-entropy over the real target tokens,
+backward, Adam (0.9, 0.98, 1e-9). The three systems are the same network (post-LN encoder-
+decoder, ReLU feed-forward, sinusoidal positions, embeddings x sqrt(d_model) tied to the
+output projection, dropout 0.1) with random weights, fed identical batches: synthetic pairs
+of 10-44 tokens (mean ~27) grouped by length into batches of at most `--tokens` target
+tokens counting padding, as every toolkit batches for training. The steps of the systems
+are interleaved (one step each, in turn), so machine noise hits all of them alike.
+
+Prints one JSON object: per system the median target tokens/s over the timed steps; the
+ratios aiayn / peer; and aiayn's model FLOPs utilisation: matrix-multiply FLOPs per token
+(counted by torch's FlopCounterMode on aiayn's own steps) x tokens/s, against the matmul
+peak measured in the same run (and, on an H100, against its 989 TFLOP/s bf16 datasheet peak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from aiayn.config import ModelConfig
+from aiayn.data.batching import chunk_by_tokens, collate
+from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from aiayn.model.layers import sinusoid_table
+from aiayn.model.transformer import Transformer
+from aiayn.train.loss import label_smoothed_loss
+from aiayn.train.validate import real_positions, real_token_logits
+
+VOCAB, EPS_LS, P_DROP = 8000, 0.1, 0.1
+SIZES = {  # d_model, heads, d_ff, layers (each stack)
+    "base": (512, 8, 2048, 6),
+    "small": (256, 4, 1024, 3),
+}
+H100_BF16_PEAK = 989.4e12  # dense bf16 datasheet figure, SXM
+
+
+def make_batches(n_batches: int, max_tokens: int, seed: int) -> list:
+    """`n_batches` length-grouped batches drawn from 20k synthetic pairs of 10-44 tokens."""
+    rng = np.random.default_rng(seed)
+    src_len = rng.integers(10, 45, 20000)
+    tgt_len = np.clip(src_len + rng.integers(-3, 4, src_len.size), 5, None)
+    order = np.lexsort((src_len, tgt_len))  # by target length, then source length
+    chunks = chunk_by_tokens(order, src_len + 1, tgt_len + 1, max_tokens)
+    picked = rng.choice(len(chunks), n_batches, replace=False)
+    return [
+        collate([(rng.integers(4, VOCAB, src_len[i]), rng.integers(4, VOCAB, tgt_len[i]))
+                 for i in chunks[k]])
+        for k in picked
+    ]  # fmt: skip
+
+
+class TorchPeer(nn.Module):
+    """`torch.nn.Transformer` (post-LN) with the paper's embeddings, positions and tying."""
+
+    def __init__(self, d_model: int, heads: int, d_ff: int, layers: int) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, d_model, padding_idx=PAD_ID)
+        self.core = nn.Transformer(
+            d_model, heads, layers, layers, d_ff, P_DROP, batch_first=True
+        )
+        self.register_buffer("pe", sinusoid_table(1024, d_model).float(), persistent=False)
+        self.drop, self.scale = nn.Dropout(P_DROP), math.sqrt(d_model)
+
+    def forward(self, src, tgt_in):  # -> (batch, tgt_len, vocab)
+        embed = lambda x: self.drop(self.embed(x) * self.scale + self.pe[: x.size(1)])  # noqa
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1), src.device)
+        hidden = self.core(
+            embed(src), embed(tgt_in), tgt_mask=causal, tgt_is_causal=True,
+            src_key_padding_mask=src.eq(PAD_ID), memory_key_padding_mask=src.eq(PAD_ID),
+            tgt_key_padding_mask=tgt_in.eq(PAD_ID),
+        )  # fmt: skip
+        return hidden @ self.embed.weight.t()
+
+
+def marian_peer(d_model: int, heads: int, d_ff: int, layers: int) -> nn.Module:
+    from transformers import MarianConfig, MarianMTModel
+
+    config = MarianConfig(
+        vocab_size=VOCAB, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
+        encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=d_ff,
+        decoder_ffn_dim=d_ff, activation_function="relu", max_position_embeddings=256,
+        scale_embedding=True, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
+        decoder_start_token_id=BOS_ID, dropout=P_DROP, attention_dropout=0.0,
+        activation_dropout=0.0,
+    )  # fmt: skip
+    return MarianMTModel(config)
+
+
+def peer_loss(logits, batch) -> torch.Tensor:
+    """Label-smoothed cross-entropy summed over real target tokens (PyTorch's own)."""
+    return F.cross_entropy(
+        logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID,
+        label_smoothing=EPS_LS, reduction="sum",
+    )  # fmt: skip
+
+
+def steppers(size: str, device: str, compile_: bool) -> dict:
+    """name -> (model, one training step on a batch)."""
+    d_model, heads, d_ff, layers = SIZES[size]
+    config = ModelConfig(vocab_size=VOCAB, d_model=d_model, n_heads=heads, d_ff=d_ff,
+                         n_layers=layers, p_drop=P_DROP)  # fmt: skip
+    models = {
+        "aiayn": Transformer(config),
+        "torch_nn_transformer": TorchPeer(d_model, heads, d_ff, layers),
+        "hf_marian": marian_peer(d_model, heads, d_ff, layers),
+    }
+    forwards = {
+        "aiayn": lambda m, b: label_smoothed_loss(
+            real_token_logits(m, b.src, b.tgt_in, b.positions), b.target, EPS_LS)[0],
+        "torch_nn_transformer": lambda m, b: peer_loss(m(b.src, b.tgt_in), b),
+        "hf_marian": lambda m, b: peer_loss(m(
+            input_ids=b.src, attention_mask=b.src.ne(PAD_ID), decoder_input_ids=b.tgt_in,
+            decoder_attention_mask=b.tgt_in.ne(PAD_ID)).logits, b),
+    }  # fmt: skip
+    out = {}
+    for name, model in models.items():
+        model.to(device).train()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        forward = torch.compile(forwards[name]) if compile_ else forwards[name]
+        out[name] = (model, optimizer, forward)
+    return out
+
+
+def train_step(model, optimizer, forward, batch, dtype) -> None:
+    with torch.autocast(batch.src.device.type, dtype=dtype, enabled=dtype != torch.float32):
+        loss = forward(model, batch)
+    (loss / batch.n_tgt_tokens).backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def matmul_peak(device: str, dtype: torch.dtype) -> float:
+    """Measured FLOP/s of a large square matrix product (2048 on CPU, 8192 on GPU)."""
+    n = 8192 if device.startswith("cuda") else 2048
+    a, b = (torch.randn(n, n, device=device, dtype=dtype) for _ in range(2))
+    for _ in range(2):
+        a @ b
+    sync(device)
+    reps, start = 10, time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    sync(device)
+    return 2 * n**3 * reps / (time.perf_counter() - start)
+
+
+def bench_size(size: str, args, dtype: torch.dtype) -> dict:
+    torch.manual_seed(0)
+    batches = make_batches(args.batches, args.tokens, seed=1)
+    for b in batches:
+        b.positions, b.target = real_positions(b.tgt_out, PAD_ID, torch.device(args.device))
+        b.src, b.tgt_in, b.tgt_out = (t.to(args.device) for t in (b.src, b.tgt_in, b.tgt_out))
+    systems = steppers(size, args.device, args.compile)
+    flops, flop_tokens = 0, 0
+    for i in range(args.warmup):  # untimed; aiayn's FLOPs counted on its own steps
+        b = batches[i % len(batches)]
+        for name, (model, optimizer, forward) in systems.items():
+            if name == "aiayn" and i == args.warmup - 1:
+                with FlopCounterMode(display=False) as counter:
+                    train_step(model, optimizer, forward, b, dtype)
+                flops, flop_tokens = counter.get_total_flops(), b.n_tgt_tokens
+            else:
+                train_step(model, optimizer, forward, b, dtype)
+    rates: dict[str, list[float]] = {name: [] for name in systems}
+    for i in range(args.steps):
+        b = batches[(args.warmup + i) % len(batches)]
+        for name, (model, optimizer, forward) in systems.items():
+            sync(args.device)
+            start = time.perf_counter()
+            train_step(model, optimizer, forward, b, dtype)
+            sync(args.device)
+            rates[name].append(b.n_tgt_tokens / (time.perf_counter() - start))
+    median = {name: round(statistics.median(r), 1) for name, r in rates.items()}
+    real = sum(b.n_tgt_tokens for b in batches)
+    padded = sum(b.tgt_out.numel() for b in batches)
+    return {
+        "dims": dict(zip(("d_model", "heads", "d_ff", "layers"), SIZES[size])),
+        "tokens_per_s_median": median,
+        "ratio_aiayn_over_hf_marian": round(median["aiayn"] / median["hf_marian"], 3),
+        "ratio_aiayn_over_torch": round(median["aiayn"] / median["torch_nn_transformer"], 3),
+        "aiayn_flops_per_token": round(flops / flop_tokens),
+        "aiayn_flops_per_s": median["aiayn"] * flops / flop_tokens,
+        "target_tokens_per_batch_mean": round(real / len(batches)),
+        "target_padding_fraction": round(1 - real / padded, 3),
+        "all_rates": {name: [round(x) for x in r] for name, r in rates.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="small,base")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    parser.add_argument("--tokens", type=int, default=4000, help="target tokens per batch")
+    parser.add_argument("--batches", type=int, default=8, help="distinct batches, cycled")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per system")
+    parser.add_argument("--steps", type=int, default=6, help="timed steps per system")
+    parser.add_argument("--compile", action="store_true", help="torch.compile every system")
+    args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
+    peak = matmul_peak(args.device, dtype)
+    results = {size: bench_size(size, args, dtype) for size in args.sizes.split(",")}
+    for r in results.values():
+        r["aiayn_fraction_of_measured_matmul_peak"] = round(r.pop("aiayn_flops_per_s") / peak, 3)
+        if args.device.startswith("cuda") and "H100" in torch.cuda.get_device_name():
+            fpt = r["aiayn_flops_per_token"]
+            r["aiayn_mfu_vs_h100_datasheet"] = round(
+                r["tokens_per_s_median"]["aiayn"] * fpt / H100_BF16_PEAK, 3
+            )
+    import transformers
+
+    print(json.dumps({
+        "task": "training step (fwd + label-smoothed loss + bwd + Adam), identical batches",
+        "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
+        "dtype": args.dtype, "compile": args.compile, "threads": torch.get_num_threads(),
+        "measured_matmul_peak_tflops": round(peak / 1e12, 3), "vocab": VOCAB,
+        "results": results, "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__, "transformers": transformers.__version__,
+    }, indent=1))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
