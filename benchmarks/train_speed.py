@@ -1,7 +1,7 @@
 """Training speed: aiayn against `torch.nn.Transformer` and HuggingFace MarianMT, same batches.
 
     .venv/bin/python benchmarks/train_speed.py [--sizes small,base] [--device cpu|cuda]
-        [--dtype float32|bfloat16] [--tokens 4000] [--steps 6] [--compile]
+        [--dtype float32|bfloat16] [--tokens 4000] [--steps 6] [--compile [MODE]]
 
 One training step = forward, label-smoothed (0.1) cross-entropy over the real target tokens,
 backward, Adam (0.9, 0.98, 1e-9). The three systems are the same network (post-LN encoder-
@@ -108,7 +108,7 @@ def peer_loss(logits, batch) -> torch.Tensor:
     )  # fmt: skip
 
 
-def steppers(size: str, device: str, compile_: bool) -> dict:
+def steppers(size: str, device: str, compile_mode: str | None) -> dict:
     """name -> (model, one training step on a batch)."""
     d_model, heads, d_ff, layers = SIZES[size]
     config = ModelConfig(vocab_size=VOCAB, d_model=d_model, n_heads=heads, d_ff=d_ff,
@@ -130,7 +130,9 @@ def steppers(size: str, device: str, compile_: bool) -> dict:
     for name, model in models.items():
         model.to(device).train()
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-        forward = torch.compile(forwards[name]) if compile_ else forwards[name]
+        forward = forwards[name]
+        if compile_mode:
+            forward = torch.compile(forward, mode=compile_mode)
         out[name] = (model, optimizer, forward)
     return out
 
@@ -213,7 +215,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=8, help="distinct batches, cycled")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps per system")
     parser.add_argument("--steps", type=int, default=6, help="timed steps per system")
-    parser.add_argument("--compile", action="store_true", help="torch.compile every system")
+    parser.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE",
+                        help="torch.compile every system (mode: default, reduce-overhead, ...)")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     peak = matmul_peak(args.device, dtype)

@@ -116,9 +116,6 @@ class TrainConfig:
     accum_steps: int = 0  # micro-batches per update per process; 0 = as many as reach update_tokens
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # the paper: fp32; fp16 needs a GPU
     clip_norm: float = 0.0  # max gradient L2 norm; 0 = no clipping, as in the paper
-    # torch.compile the model's training forward: the same arithmetic in fused kernels and
-    # far fewer launches (about 2x tokens/s for the base model on an H100; see benchmarks/).
-    compile: bool = False
     device: str = "auto"  # auto: cuda (cuda:LOCAL_RANK under torchrun) if available, else cpu
     out_dir: str = "runs/train"  # checkpoints/, train_log.jsonl, tensorboard/
     save_every_minutes: float = 10.0  # "checkpoints written at 10-minute intervals" (sec. 6.1)

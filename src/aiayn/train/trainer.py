@@ -143,8 +143,6 @@ class Trainer:
         self.forward = _RealTokenLogits(self.model)
         if env.distributed:
             self.forward = distributed.wrap_ddp(self.forward, env)
-        if t.compile:  # after DDP, as PyTorch advises; checkpoints still read self.model
-            self.forward = torch.compile(self.forward)
         self.checkpoints = RunCheckpoints(t.out_dir, t.keep_last)
         self.batches = self.data.micro_batches()
         self.clock = _Clock()
