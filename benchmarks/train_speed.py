@@ -1,7 +1,7 @@
 """Training speed: aiayn against `torch.nn.Transformer` and HuggingFace MarianMT, same batches.
 
     .venv/bin/python benchmarks/train_speed.py [--sizes small,base] [--device cpu|cuda]
-        [--dtype float32|bfloat16] [--tokens 4000] [--steps 6] [--compile [MODE]]
+        [--dtype float32|bfloat16] [--tokens 4000] [--steps 8] [--compile [MODE]]
 
 One training step = forward, label-smoothed (0.1) cross-entropy over the real target tokens,
 backward, Adam (0.9, 0.98, 1e-9). The three systems are the same network (post-LN encoder-
@@ -172,10 +172,13 @@ def bench_size(size: str, args, dtype: torch.dtype) -> dict:
         b.src, b.tgt_in, b.tgt_out = (t.to(args.device) for t in (b.src, b.tgt_in, b.tgt_out))
     systems = steppers(size, args.device, args.compile)
     flops, flop_tokens = 0, 0
-    for i in range(args.warmup):  # untimed; aiayn's FLOPs counted on its own steps
+    # Untimed passes over every batch: a shape's first step pays for kernel plans (cuDNN
+    # attention, oneDNN) that a long run pays once. aiayn's FLOPs counted on its last one.
+    warmup = args.warmup * len(batches)
+    for i in range(warmup):
         b = batches[i % len(batches)]
         for name, (model, optimizer, forward) in systems.items():
-            if name == "aiayn" and i == args.warmup - 1:
+            if name == "aiayn" and i == warmup - 1:
                 with FlopCounterMode(display=False) as counter:
                     train_step(model, optimizer, forward, b, dtype)
                 flops, flop_tokens = counter.get_total_flops(), b.n_tgt_tokens
@@ -183,7 +186,7 @@ def bench_size(size: str, args, dtype: torch.dtype) -> dict:
                 train_step(model, optimizer, forward, b, dtype)
     rates: dict[str, list[float]] = {name: [] for name in systems}
     for i in range(args.steps):
-        b = batches[(args.warmup + i) % len(batches)]
+        b = batches[i % len(batches)]
         for name, (model, optimizer, forward) in systems.items():
             sync(args.device)
             start = time.perf_counter()
@@ -213,8 +216,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--tokens", type=int, default=4000, help="target tokens per batch")
     parser.add_argument("--batches", type=int, default=8, help="distinct batches, cycled")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed steps per system")
-    parser.add_argument("--steps", type=int, default=6, help="timed steps per system")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed passes over the batches")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per system")
     parser.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE",
                         help="torch.compile every system (mode: default, reduce-overhead, ...)")
     args = parser.parse_args()
