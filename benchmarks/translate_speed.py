@@ -1,27 +1,40 @@
-"""Beam-search speed: aiayn against HuggingFace `transformers`' MarianMT `generate`.
+"""Beam-search speed of one network in aiayn, CTranslate2 and HuggingFace MarianMT `generate`.
 
-    .venv/bin/python benchmarks/translate_speed.py [--sentences 500] [--out-len 30]
-        [--device cpu|cuda] [--dtype float32|bfloat16]
+    .venv/bin/python benchmarks/translate_speed.py [--sentences 500] [--batch-size N]
+        [--out-len 30] [--max-tokens 4096] [--device cpu|cuda] [--dtype float32|bfloat16]
+        [--small]
 
-Both models are base-size Transformers (sec. 3, Table 3 "base": d_model 512, 6 + 6 layers,
-8 heads, d_ff 2048, ReLU, post-LN, sinusoidal positions, tied embeddings) over an 8000-token
-vocabulary, with random weights (no download). The sources are the same 500 random
-sentences of 10-40 tokens + eos, in the same length-sorted batches of at most
-`--max-tokens` source tokens, decoded with beam 4 and the KV cache by both.
+The network: aiayn's `Transformer(ModelConfig(vocab_size=8000))` with its random
+initialisation (seed 0): base size (sec. 3, Table 3 "base": d_model 512, 6 + 6 layers,
+8 heads, d_ff 2048, ReLU, post-LN, interleaved sinusoidal positions, embeddings x
+sqrt(d_model) tied to the output projection, LayerNorm eps 1e-6). Its weights are exported
+(`peer_models.py`) to CTranslate2 (float32, and int8 weights) and to a `MarianMTModel`, so
+every system computes the same function. aiayn runs in float32 and with int8 weights
+(`aiayn.quantize`). Before timing, the teacher-forced log-probabilities of every peer are
+compared with aiayn's on the first sentences: float32 peers must agree within 1e-3 or the
+script stops; int8 differences are reported. With `--dtype bfloat16` the float systems run
+in bfloat16 (CTranslate2 only where the CPU supports it) and nothing is enforced; int8 runs
+on the CPU only.
 
-Comparable work: random weights rarely choose eos, and the two libraries stop and count
-differently, so every hypothesis of both is forced to exactly `--out-len` decoder steps:
-aiayn with min_len = out_len - 1 and max_len = out_len (eos forced at the last step),
-transformers with min_new_tokens = max_new_tokens = out_len. Neither can stop early or
-drop a finished sentence from its batch, so the figure measures the per-step cost only
-(aiayn's early exits help real, trained models further). Prints one JSON object.
+The sources are `--sentences` random sentences of 10-40 tokens + eos, in the same
+length-sorted batches (at most `--max-tokens` source tokens and `--batch-size` sentences)
+for every system, decoded with beam 4 and a KV cache. Random weights rarely choose eos, and
+the libraries stop and count differently, so every hypothesis is forced to exactly
+`--out-len` decoder steps: aiayn with min_len = out_len - 1 and max_len = out_len (eos
+forced at the last step), CTranslate2 with min_decoding_length = max_decoding_length =
+out_len (eos is masked for the first min_decoding_length steps, and the result holds the
+out_len tokens without eos), transformers with min_new_tokens = max_new_tokens = out_len.
+No system can stop early or drop a finished sentence from its batch, so the figure
+measures the per-step cost only. Prints one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import platform
+import tempfile
 import time
 
 import torch
@@ -31,9 +44,13 @@ from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from aiayn.decode.search import run_search
 from aiayn.decode.strategy import BeamStrategy
 from aiayn.model.transformer import Transformer
+from aiayn.quantize import quantize_int8
 from aiayn.translate import token_batches
+from peer_models import marian_from, save_ct2, token_strings
 
-VOCAB, BEAM = 8000, 4
+VOCAB, BEAM, ALPHA = 8000, 4, 0.6
+FLOAT_TOLERANCE = 1e-3  # max |log p| difference allowed between float32 implementations
+CHECK_SENTENCES = 8  # sentences of the agreement check
 
 
 def sources(n: int, seed: int) -> list[list[int]]:
@@ -43,52 +60,146 @@ def sources(n: int, seed: int) -> list[list[int]]:
     return [torch.randint(4, VOCAB, (k,), generator=gen).tolist() + [EOS_ID] for k in lengths]
 
 
-def batches(sents: list[list[int]], max_tokens: int, device: str) -> list[torch.Tensor]:
+def groups(sents: list[list[int]], max_tokens: int, batch_size: int | None) -> list[list[int]]:
+    """Sentence indices per batch: token batches, each cut into at most `batch_size`."""
     out = []
     for batch in token_batches([len(s) for s in sents], max_tokens):
-        src = torch.full((len(batch), len(sents[batch[0]])), PAD_ID, dtype=torch.long)
-        for row, i in enumerate(batch):
-            src[row, : len(sents[i])] = torch.tensor(sents[i])
-        out.append(src.to(device))  # (batch, src_len)
+        step = batch_size or len(batch)
+        out.extend(batch[i : i + step] for i in range(0, len(batch), step))
     return out
 
 
+def padded(sents: list[list[int]], device: str) -> torch.Tensor:
+    """(batch, longest) right-padded ids."""
+    src = torch.full((len(sents), max(map(len, sents))), PAD_ID, dtype=torch.long)
+    for row, sent in enumerate(sents):
+        src[row, : len(sent)] = torch.tensor(sent)
+    return src.to(device)
+
+
 @torch.no_grad()
-def run_aiayn(model: Transformer, srcs: list[torch.Tensor], out_len: int) -> int:
+def run_aiayn(model: Transformer, batches: list[list[list[int]]], out_len: int, device) -> int:
     steps = 0
-    for src in srcs:
+    for sents in batches:
+        src = padded(sents, device)  # (batch, src_len)
         max_len = torch.full((src.size(0),), out_len, device=src.device)
-        strategy = BeamStrategy(max_len, BEAM, 1, 0.6, out_len - 1, EOS_ID, PAD_ID)
+        strategy = BeamStrategy(max_len, BEAM, 1, ALPHA, out_len - 1, EOS_ID, PAD_ID)
         hyps = run_search(model, src, strategy, BOS_ID)
         steps += sum(len(h[0].tokens) + 1 for h in hyps)
     return steps
 
 
-def marian(device: str, dtype: torch.dtype):
-    from transformers import MarianConfig, MarianMTModel
-
-    config = MarianConfig(
-        vocab_size=VOCAB, d_model=512, encoder_layers=6, decoder_layers=6,
-        encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
-        decoder_ffn_dim=2048, activation_function="relu", max_position_embeddings=256,
-        scale_embedding=True, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
-        decoder_start_token_id=PAD_ID, forced_eos_token_id=None, dropout=0.1,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    return MarianMTModel(config).to(device=device, dtype=dtype).eval()
+def run_ct2(translator, batches: list[list[list[int]]], out_len: int) -> int:
+    names = token_strings(VOCAB)
+    steps = 0
+    for sents in batches:
+        results = translator.translate_batch(
+            [[names[t] for t in s] for s in sents], beam_size=BEAM, length_penalty=ALPHA,
+            min_decoding_length=out_len, max_decoding_length=out_len, num_hypotheses=1,
+        )  # fmt: skip
+        steps += sum(len(r.hypotheses[0]) for r in results)  # no eos: one token per step
+    return steps
 
 
 @torch.no_grad()
-def run_hf(model, srcs: list[torch.Tensor], out_len: int) -> int:
+def run_hf(model, batches: list[list[list[int]]], out_len: int, device) -> int:
     steps = 0
-    for src in srcs:
+    for sents in batches:
+        src = padded(sents, device)
         out = model.generate(
             input_ids=src, attention_mask=src.ne(PAD_ID), num_beams=BEAM, do_sample=False,
-            min_new_tokens=out_len, max_new_tokens=out_len, length_penalty=0.6,
+            min_new_tokens=out_len, max_new_tokens=out_len, length_penalty=ALPHA,
             early_stopping=False, use_cache=True, num_return_sequences=1,
         )  # fmt: skip
         steps += (out.size(1) - 1) * out.size(0)  # minus the decoder start token
     return steps
+
+
+# --- agreement: teacher-forced log P(y_t | y_<t, x) of the same (x, y) pairs ---------------
+@torch.no_grad()
+def aiayn_logp(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """src (batch, src_len) padded, tgt (batch, T) -> (batch, T + 1): each token and eos."""
+    bos = torch.full_like(tgt[:, :1], BOS_ID)
+    gold = torch.cat([tgt, torch.full_like(bos, EOS_ID)], dim=1)  # (batch, T + 1)
+    logp = model(src, torch.cat([bos, tgt], dim=1)).float().log_softmax(dim=-1)
+    return logp.gather(2, gold[:, :, None]).squeeze(2)
+
+
+def ct2_logp(translator, sents: list[list[int]], tgt: torch.Tensor) -> torch.Tensor:
+    """CTranslate2's `score_batch` scores the target and the eos it appends."""
+    names = token_strings(VOCAB)
+    results = translator.score_batch(
+        [[names[t] for t in s] for s in sents], [[names[t] for t in y] for y in tgt.tolist()]
+    )
+    return torch.tensor([r.log_probs for r in results])  # (batch, T + 1)
+
+
+@torch.no_grad()
+def hf_logp(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    bos = torch.full_like(tgt[:, :1], BOS_ID)
+    gold = torch.cat([tgt, torch.full_like(bos, EOS_ID)], dim=1)
+    logits = model(
+        input_ids=src, attention_mask=src.ne(PAD_ID), decoder_input_ids=torch.cat([bos, tgt], 1)
+    ).logits
+    return logits.float().log_softmax(dim=-1).gather(2, gold[:, :, None]).squeeze(2)
+
+
+def agreement(systems: dict, sents: list[list[int]], out_len: int, device: str) -> dict:
+    """Max |log p| difference of each system from aiayn's first (float) one on `sents` with
+    random targets of `out_len` tokens; stops the script if a float32 peer is off."""
+    gen = torch.Generator().manual_seed(2)
+    tgt = torch.randint(4, VOCAB, (len(sents), out_len), generator=gen)
+    src = padded(sents, device)
+    reference, *others = (name for name, model in systems.items() if model is not None)
+    ref = aiayn_logp(systems[reference], src, tgt.to(device)).cpu()
+    diffs = {}
+    for name in others:
+        if name.startswith("ctranslate2"):
+            logp = ct2_logp(systems[name], sents, tgt)
+        else:
+            logp = (hf_logp if name.startswith("transformers") else aiayn_logp)(
+                systems[name], src, tgt.to(device)
+            )
+        diffs[name] = (logp.cpu() - ref).abs().max().item()
+    off = {k: v for k, v in diffs.items() if "int8" not in k and not v <= FLOAT_TOLERANCE}
+    if reference == "aiayn_float32" and off:
+        raise SystemExit(f"float32 peers disagree with aiayn (max |log p| difference): {off}")
+    return {k: float(f"{v:.3g}") for k, v in diffs.items()}
+
+
+# --- the systems ----------------------------------------------------------------------------
+def build_systems(config: ModelConfig, device: str, dtype: str, tmp: str) -> dict:
+    """One network, five ways (aiayn's float one first); None for what this device cannot
+    run: int8 is CPU only, CTranslate2 lacks bfloat16 on CPUs without native support."""
+    import ctranslate2
+
+    torch.manual_seed(0)
+    ours = Transformer(config).eval()
+    cpu, device_type = device == "cpu", torch.device(device).type
+    supported = ctranslate2.get_supported_compute_types(device_type)
+    threads = torch.get_num_threads()
+
+    def ct2(quantization: str | None, compute_type: str):
+        if compute_type not in supported:
+            return None
+        path = save_ct2(ours, f"{tmp}/{compute_type}", quantization)
+        return ctranslate2.Translator(
+            path, device=device_type, compute_type=compute_type, intra_threads=threads
+        )
+
+    return {
+        f"aiayn_{dtype}": copy.deepcopy(ours).to(device=device, dtype=getattr(torch, dtype)),
+        "aiayn_int8": quantize_int8(copy.deepcopy(ours)) if cpu else None,
+        f"ctranslate2_{dtype}": ct2(None, dtype),
+        "ctranslate2_int8": ct2("int8", "int8") if cpu else None,
+        "transformers_marian": marian_from(ours).to(device=device, dtype=getattr(torch, dtype)),
+    }
+
+
+def runner(name: str):
+    if name.startswith("ctranslate2"):
+        return lambda model, batches, out_len, device: run_ct2(model, batches, out_len)
+    return run_hf if name.startswith("transformers") else run_aiayn
 
 
 def timed(fn, *args) -> tuple[float, int]:
@@ -101,43 +212,83 @@ def timed(fn, *args) -> tuple[float, int]:
     return time.perf_counter() - start, steps
 
 
-def main() -> None:
+def ratio(seconds: dict, ours: str, theirs: str) -> float | None:
+    """Sentences/s of `ours` over `theirs` (> 1: aiayn is faster)."""
+    if seconds.get(ours) is None or seconds.get(theirs) is None:
+        return None
+    return round(seconds[theirs] / seconds[ours], 3)
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sentences", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, help="sentences per batch at most (no limit)")
     parser.add_argument("--out-len", type=int, default=30, help="decoder steps per hypothesis")
     parser.add_argument("--max-tokens", type=int, default=4096, help="source tokens per batch")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
-    dtype = getattr(torch, args.dtype)
+    parser.add_argument("--small", action="store_true",
+                        help="d_model 64, 2 + 2 layers, d_ff 256: to check the script quickly")
+    return parser.parse_args()  # fmt: skip
+
+
+def main() -> None:
+    args = parse_args()
+    size = dict(d_model=64, d_ff=256, n_layers=2) if args.small else {}
+    config = ModelConfig(vocab_size=VOCAB, **size)
     sents = sources(args.sentences, args.seed)
-    srcs = batches(sents, args.max_tokens, args.device)
-    torch.manual_seed(0)
-    ours = Transformer(ModelConfig(vocab_size=VOCAB)).to(device=args.device, dtype=dtype).eval()
-    theirs = marian(args.device, dtype)
-    warm = batches(sents[:8], args.max_tokens, args.device)
-    run_aiayn(ours, warm, 4), run_hf(theirs, warm, 4)  # first-call overheads, untimed
-    aiayn_s, aiayn_steps = timed(run_aiayn, ours, srcs, args.out_len)
-    hf_s, hf_steps = timed(run_hf, theirs, srcs, args.out_len)
+    batches = [[sents[i] for i in g] for g in groups(sents, args.max_tokens, args.batch_size)]
+    with tempfile.TemporaryDirectory() as tmp:
+        systems = build_systems(config, args.device, args.dtype, tmp)
+        agree = agreement(systems, sents[:CHECK_SENTENCES], args.out_len, args.device)
+        results, seconds = {}, {}
+        for name, model in systems.items():
+            if model is None:
+                results[name] = seconds[name] = None
+                continue
+            runner(name)(model, batches[-1:], 4, args.device)  # first-call overheads, untimed
+            seconds[name], steps = timed(runner(name), model, batches, args.out_len, args.device)
+            results[name] = {"seconds": round(seconds[name], 3), "output_tokens": steps,
+                             "sentences_per_s": round(len(sents) / seconds[name], 2)}  # fmt: skip
+    ours = f"aiayn_{args.dtype}"
+    pairs = {f"ctranslate2_{args.dtype}": (ours, f"ctranslate2_{args.dtype}"),
+             "ctranslate2_int8": ("aiayn_int8", "ctranslate2_int8"),
+             "transformers": (ours, "transformers_marian")}  # fmt: skip
+    ratios = {f"speed_ratio_aiayn_over_{k}": ratio(seconds, *v) for k, v in pairs.items()}
+    report(args, config, len(batches), {**results, **ratios}, agree)
+
+
+def report(args, config: ModelConfig, n_batches: int, results: dict, agree: dict) -> None:
+    import ctranslate2
     import transformers
 
-    n = len(sents)
+    c = config
     print(json.dumps({
-        "task": "beam search, base-size Transformer, random weights",
-        "sentences": n, "src_tokens": "10-40 + eos", "batches": len(srcs),
-        "max_tokens": args.max_tokens, "beam": BEAM, "vocab": VOCAB,
+        "task": "beam search, one randomly initialised network in every system",
+        "network": f"aiayn Transformer: d_model {c.d_model}, {c.n_layers} + {c.n_layers} layers, "
+        f"{c.n_heads} heads, d_ff {c.d_ff}, post-LN, interleaved sinusoids, tied scaled "
+        f"embeddings, LayerNorm eps {c.ln_eps} (CTranslate2's layer_norm_epsilon and "
+        "Marian's LayerNorm eps set to it); weights exported to CTranslate2 and MarianMT",
+        "sentences": args.sentences, "src_tokens": "10-40 + eos", "batches": n_batches,
+        "max_tokens": args.max_tokens, "batch_size": args.batch_size, "beam": BEAM,
+        "vocab": VOCAB,
         "output_length": f"forced: every hypothesis exactly {args.out_len} decoder steps "
-        f"(aiayn min_len={args.out_len - 1}, max_len={args.out_len}; transformers "
+        f"(aiayn min_len={args.out_len - 1}, max_len={args.out_len}; CTranslate2 "
+        f"min_decoding_length=max_decoding_length={args.out_len}; transformers "
         f"min_new_tokens=max_new_tokens={args.out_len})",
-        "aiayn": {"seconds": round(aiayn_s, 2), "sentences_per_s": round(n / aiayn_s, 2),
-                  "output_tokens": aiayn_steps},
-        "transformers_marian": {"seconds": round(hf_s, 2), "sentences_per_s": round(n / hf_s, 2),
-                                "output_tokens": hf_steps},
-        "speed_ratio_aiayn_over_transformers": round(hf_s / aiayn_s, 3),
+        "int8": "aiayn: torch dynamic quantization (int8 weights with a scale per output row, "
+        "inputs quantized per call) of every linear map and the tied output projection; "
+        "CTranslate2: int8 weights with a scale per row (embeddings and projection too), "
+        "compute_type int8",
+        "agreement": f"teacher-forced log P of {CHECK_SENTENCES} sources with random "
+        f"{args.out_len}-token targets (+ eos), max |difference| from aiayn {args.dtype}",
+        f"agreement_max_abs_logp_diff_vs_aiayn_{args.dtype}": agree,
+        "agreement_tolerance_float32": FLOAT_TOLERANCE,
+        **results,
         "device": args.device, "dtype": args.dtype, "threads": torch.get_num_threads(),
-        "cpu": platform.processor() or platform.machine(),
-        "torch": torch.__version__, "transformers": transformers.__version__,
+        "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
+        "transformers": transformers.__version__, "ctranslate2": ctranslate2.__version__,
     }, indent=1))  # fmt: skip
 
 

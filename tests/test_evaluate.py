@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from aiayn.cli import main
 from aiayn.evaluate import split_compounds, tokenized_bleu
 from tiny_checkpoint import save_tiny_checkpoint
+from tiny_run import one_thread  # noqa: F401 (autouse fixture)
 
 HYPS = [
     "The cat sat on the mat.",
@@ -30,14 +30,6 @@ REFS = [
     "Ein Satz.",
     "Zwei Hunde spielen im Schnee.",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _write(path: Path, lines: list[str]) -> Path:
@@ -113,3 +105,18 @@ def test_mismatched_line_counts_are_an_error(tmp_path, capsys):
     hyp, ref = _write(tmp_path / "h", HYPS[:2]), _write(tmp_path / "r", REFS)
     assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref)]) == 2
     assert "2 hypotheses but 5 references" in capsys.readouterr().err
+
+
+def test_gzip_references_score_as_plain_ones(tmp_path, capsys):
+    """Test sets ship gzipped (Multi30k's do): evaluate reads them as the corpus reader does."""
+    import gzip
+
+    hyp = _write(tmp_path / "h", HYPS)
+    with gzip.open(tmp_path / "r.de.gz", "wt", encoding="utf-8") as handle:
+        handle.write("".join(line + "\n" for line in REFS))
+    scores = []
+    for ref in (_write(tmp_path / "r.de", REFS), tmp_path / "r.de.gz"):
+        assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--json"]) == 0
+        scores.append(json.loads(capsys.readouterr().out))
+    assert scores[0] == scores[1] and scores[0]["sentences"] == len(REFS)
+    assert scores[1]["tokenized_bleu"]["lang"] == "de"  # the suffix before .gz

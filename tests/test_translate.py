@@ -13,6 +13,7 @@ from aiayn.cli import main
 from aiayn.errors import ConfigError
 from aiayn.translate import Translator, one_line, token_batches, translate_stream
 from tiny_checkpoint import save_tiny_checkpoint
+from tiny_run import one_thread  # noqa: F401 (autouse fixture)
 
 LINES = [
     "the cat sat on a mat",
@@ -23,14 +24,6 @@ LINES = [
     "ünïcödé ✓ 漢字",
     "a",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -223,6 +223,8 @@ def _add_decode_options(p: argparse.ArgumentParser) -> None:
                    help="source tokens per batch, padding included (4096)")  # fmt: skip
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (cpu)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="(float32)")
+    p.add_argument("--int8", action="store_true",
+                   help="int8 weights for faster CPU decoding (CPU, float32 only)")  # fmt: skip
 
 
 def _translator(args: argparse.Namespace, nbest: int | None = None):
@@ -231,7 +233,7 @@ def _translator(args: argparse.Namespace, nbest: int | None = None):
     return Translator.from_checkpoint(
         args.checkpoint, device=args.device, dtype=args.dtype, beam=args.beam, alpha=args.alpha,
         max_len_offset=args.max_len_offset, min_len=args.min_len, nbest=nbest,
-        max_tokens=args.max_tokens,
+        max_tokens=args.max_tokens, int8=args.int8,
     )  # fmt: skip
 
 
@@ -290,7 +292,7 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ref", required=True, metavar="FILE", help="one reference per line")
     p.add_argument("--hyp-out", metavar="FILE", help="also write the translations here")
     p.add_argument(
-        "--lang", help="target language of the tokenized BLEU (--ref's suffix: x.de -> de; else en)"
+        "--lang", help="target language of the tokenized BLEU (--ref's suffix: x.de, x.de.gz -> de; else en)"
     )
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     p.set_defaults(run=_run_evaluate)
@@ -313,7 +315,8 @@ def _run_evaluate(args: argparse.Namespace) -> int:
         hyps = [one_line(h).rstrip() for h in _translator(args).translate(read_lines(args.src))]
     if args.hyp_out:
         Path(args.hyp_out).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    suffix = Path(args.ref).suffix.lstrip(".")
+    ref = Path(args.ref)
+    suffix = (ref.with_suffix("") if ref.suffix == ".gz" else ref).suffix.lstrip(".")
     lang = args.lang or (suffix if suffix.isalpha() and len(suffix) == 2 else "en")
     report = score(hyps, read_lines(args.ref), lang)
     print(json.dumps(report) if args.json else format_report(report))

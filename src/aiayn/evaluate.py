@@ -23,21 +23,16 @@ from typing import Any
 from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
+from aiayn.data import corpus
 from aiayn.errors import DataError
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
 
 def read_lines(path: str | Path) -> list[str]:
-    """Lines of a UTF-8 file as the `sacrebleu` command reads them: split on "\\n" only,
-    trailing whitespace removed."""
-    try:
-        with open(path, encoding="utf-8", newline="\n") as handle:
-            return [line.rstrip() for line in handle]
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not valid UTF-8 ({err})") from None
+    """Lines of a UTF-8 file (plain or gzip, checked as the corpus reader checks) as the
+    `sacrebleu` command reads them: split on "\\n" only, trailing whitespace removed."""
+    return [line.rstrip() for line in corpus.read_lines(path)]
 
 
 def split_compounds(text: str) -> str:

@@ -1,6 +1,7 @@
 """`Translator`: a checkpoint in, text in, text out (sec. 6.1's decoding).
 
     translator = Translator.from_checkpoint("runs/base/avg", device="cuda", dtype="bfloat16")
+    translator = Translator.from_checkpoint("runs/base/avg", int8=True)  # CPU, int8 weights
     translator.translate(["A cat sits on a mat."])         # -> ["Eine Katze sitzt ..."]
     translator.translate_nbest(["..."])                     # -> [[(text, score), ...]]
 
@@ -27,6 +28,7 @@ from aiayn.decode.search import beam_search, greedy_search
 from aiayn.decode.strategy import Hypothesis
 from aiayn.errors import ConfigError
 from aiayn.model.transformer import Transformer
+from aiayn.quantize import check_int8, quantize_int8
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -87,18 +89,25 @@ class Translator:
         min_len: int | None = None,
         nbest: int | None = None,
         max_tokens: int = 4096,
+        int8: bool = False,
     ) -> Translator:
         """Load a checkpoint directory (training or averaged: both are plain checkpoints).
 
         The decoding options override the checkpoint's `DecodeConfig`; None keeps its value.
+        `int8`: quantize the weights for faster CPU decoding (`aiayn.quantize`); CPU and
+        float32 only.
         """
-        ckpt = load_checkpoint(path, device=device, dtype=parse_dtype(dtype))
+        dtype = parse_dtype(dtype)
+        if int8:
+            check_int8(device, dtype)  # before loading: a CUDA device may not even exist
+        ckpt = load_checkpoint(path, device=device, dtype=dtype)
+        model = quantize_int8(ckpt.model) if int8 else ckpt.model
         given = dict(beam=beam, alpha=alpha, max_len_offset=max_len_offset, min_len=min_len)
         given.update(nbest=nbest)
         config = dataclasses.replace(
             ckpt.config.decode, **{k: v for k, v in given.items() if v is not None}
         )
-        return cls(ckpt.model, ckpt.src_vocab, ckpt.tgt_vocab, config, max_tokens)
+        return cls(model, ckpt.src_vocab, ckpt.tgt_vocab, config, max_tokens)
 
     def translate(self, texts: Sequence[str]) -> list[str]:
         """One translation per text, in order; empty or blank texts give ""."""

@@ -1,0 +1,65 @@
+"""Int8 dynamic quantization for CPU inference (not in the paper; a deployment option).
+
+    model = quantize_int8(model)    # float32 CPU model, eval mode; changed in place
+
+Every `nn.Linear` (attention projections, feed-forward) gets int8 weights with one scale
+per output row, and its input is quantized per call ("dynamic", one scale per tensor):
+PyTorch's fbgemm / onednn int8 matrix products. CTranslate2's int8 also keeps a scale per
+weight row. The tied pre-softmax
+projection (sec. 3.4) is `hidden @ embedding.t()` in `Transformer.project`, not a module,
+yet at an 8k-37k vocabulary it is a large share of each decoding step; so the quantized
+model also gets an int8 copy of that matrix, used by `project` only. Embedding lookups,
+LayerNorm, softmax and attention over the cache stay float32.
+
+The model code keeps one path: `project` is replaced on this instance only, by the int8
+module, so search and teacher forcing call `model.project(hidden)` as before.
+
+`torch.ao.quantization.quantize_dynamic` is deprecated in favour of torchao (which is not
+a dependency) but works in torch 2.13; its deprecation warnings are silenced here.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+from aiayn.errors import ConfigError
+from aiayn.model.transformer import Transformer
+
+
+def quantize_int8(model: Transformer) -> Transformer:
+    """Int8 weights for every linear map, the output projection included; -> `model`.
+
+    CPU and float32 only (the int8 kernels are CPU kernels and quantize from float32).
+    Inference only: the quantized model cannot be trained or saved as a checkpoint.
+    """
+    weight = model.tgt_embed.weight
+    check_int8(weight.device, weight.dtype)
+    model.eval()
+    if model.config.tie_embeddings:
+        # A bias-free Linear holding the tied matrix, so that it is quantized like the rest;
+        # the float embedding stays for the lookups.
+        vocab, d_model = weight.shape
+        model.int8_projection = nn.Linear(d_model, vocab, bias=False)
+        model.int8_projection.weight = nn.Parameter(weight.detach().clone(), requires_grad=False)
+    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*deprecated", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*deprecated", category=UserWarning)
+        quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+    projection = model.int8_projection if model.config.tie_embeddings else model.out_proj
+    # An instance attribute shadows the class's `project`: (..., d_model) -> (..., vocab).
+    # Set through object.__setattr__, since nn.Module would file a module away in _modules.
+    object.__setattr__(model, "project", projection)
+    return model
+
+
+def check_int8(device: str | torch.device, dtype: torch.dtype | None) -> None:
+    """Refuse int8 on anything but the CPU, or from anything but float32 (None = float32)."""
+    if torch.device(device).type != "cpu":
+        raise ConfigError(f"int8 quantization runs on the CPU only, not on {device}")
+    if dtype not in (None, torch.float32):
+        raise ConfigError(f"int8 quantization starts from float32 weights, not {dtype}")
