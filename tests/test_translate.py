@@ -80,6 +80,17 @@ def test_cli_streams_stdin_to_stdout_and_writes_nbest_lists(ckpt, monkeypatch, c
     assert lines[3] == "1 |||  ||| 0.0000"  # an empty line: "" with score 0, K times
 
 
+def test_a_byte_order_mark_opening_the_input_is_dropped(ckpt):
+    translator = Translator.from_checkpoint(ckpt)
+    outputs = []
+    plain = LINES[0] + "\n" + LINES[2] + "\n"
+    for text in ("\ufeff" + plain.replace("\n", "\r\n", 1), plain):
+        out = io.StringIO()
+        translate_stream(translator, io.StringIO(text, newline=""), out)
+        outputs.append(out.getvalue())
+    assert outputs[0] == outputs[1] and outputs[0].count("\n") == 2
+
+
 def test_translations_come_back_in_input_order_whatever_the_batching(ckpt):
     small = Translator.from_checkpoint(ckpt, max_tokens=8)
     large = Translator.from_checkpoint(ckpt, max_tokens=4096)

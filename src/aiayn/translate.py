@@ -176,11 +176,13 @@ def translate_stream(
     Exactly one output line per input line, or with `nbest` exactly `decode.nbest` lines
     per input line, each `index ||| translation ||| score` with the 0-based input index
     (Moses' n-best format without the feature column). An input with fewer hypotheses
-    (a blank line has just "") repeats its last one.
+    (a blank line has just "") repeats its last one. A byte-order mark opening the input
+    (Windows editors write one) is dropped, as the corpus reader drops it.
     """
     count, chunk = 0, []
-    for line in lines:
-        chunk.append(line.rstrip("\r\n"))
+    for i, line in enumerate(lines):
+        line = line.rstrip("\r\n")
+        chunk.append(line.removeprefix("\ufeff") if i == 0 else line)
         if len(chunk) >= chunk_lines:
             count = _write_chunk(translator, chunk, out, count, nbest)
             chunk = []
