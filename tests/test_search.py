@@ -114,8 +114,8 @@ def test_a_sentence_translates_the_same_alone_and_in_a_batch():
 class FakeModel:
     """Next-token probabilities from a table keyed by the generated prefix (no bos).
 
-    The prefix lives in the cache (`self_k`), so beam reordering and batch shrinking move it
-    as they move real keys; `rows` records the batch rows run at each step.
+    The prefix lives in the cache (as keys, through `extend`), so beam reordering and batch
+    shrinking move it as they move real keys; `rows` records the batch rows run at each step.
     """
 
     config = SimpleNamespace(pad_id=PAD, positional="sinusoidal")
@@ -133,9 +133,8 @@ class FakeModel:
         return KVCache([LayerCache()], src_pad_mask)
 
     def decode(self, tgt_in, memory, src_pad_mask, cache):
-        layer = cache.layers[0]
-        history = tgt_in if layer.self_k is None else torch.cat([layer.self_k, tgt_in], 1)
-        layer.self_k = history  # (rows, 1 + prefix)
+        step = tgt_in[:, None, :, None]  # (rows, 1, 1, 1): the token as a one-head "key"
+        history = cache.layers[0].extend(step, step)[0][:, 0, :, 0]  # (rows, 1 + prefix)
         self.rows.append(tgt_in.size(0))
         probs = [self.table.get(tuple(h[1:]), self.default) for h in history.tolist()]
         logp = [[math.log(p) if p > 0 else -math.inf for p in row] for row in probs]

@@ -57,14 +57,29 @@ def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
 class LayerCache:
     """Keys and values of one decoder layer during incremental decoding.
 
-    Self-attention keys/values grow by one position per step; encoder-decoder keys/values
-    are computed once from the encoder output. All (batch, heads, len, d_k or d_v).
+    Self-attention keys/values grow by one position per step (`extend`); encoder-decoder
+    keys/values are computed once from the encoder output. All (batch, heads, len, d_k or
+    d_v). A beam reorder of the self-attention keys/values is recorded in `rows` and carried
+    out by the next `extend`, in the same copy that appends the new position: the history
+    is copied once per step instead of twice (a third of beam-search time on CPU).
     """
 
     self_k: Tensor | None = None
     self_v: Tensor | None = None
     cross_k: Tensor | None = None
     cross_v: Tensor | None = None
+    rows: Tensor | None = None  # (batch,) rows of self_k / self_v to keep, not yet applied
+
+    def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append this step's self-attention keys and values (batch, heads, new, d) to the
+        history (reordered by any pending `rows`); -> all of them, (batch, heads, len, d)."""
+        if self.self_k is None:
+            self.self_k, self.self_v = k, v
+        else:
+            self.self_k = _gather_append(self.self_k, self.rows, k)
+            self.self_v = _gather_append(self.self_v, self.rows, v)
+        self.rows = None
+        return self.self_k, self.self_v
 
     def reorder(self, index: Tensor, self_only: bool = False) -> None:
         """Keep rows `index` of the batch (beam pruning: select surviving hypotheses).
@@ -73,11 +88,25 @@ class LayerCache:
         every row is picked from its own sentence's block (they are equal across a
         sentence's beams) and saves their copy.
         """
-        names = ("self_k", "self_v") if self_only else ("self_k", "self_v", "cross_k", "cross_v")
-        for name in names:
-            tensor = getattr(self, name)
-            if tensor is not None:
-                setattr(self, name, tensor.index_select(0, index))
+        # Two reorders before an extend compose: rows[index] of the original history.
+        self.rows = index if self.rows is None else self.rows.index_select(0, index)
+        if not self_only:
+            for name in ("cross_k", "cross_v"):
+                tensor = getattr(self, name)
+                if tensor is not None:
+                    setattr(self, name, tensor.index_select(0, index))
+
+
+def _gather_append(past: Tensor, rows: Tensor | None, new: Tensor) -> Tensor:
+    """cat([past[rows], new], dim=2) with one copy of `past`, written straight into place."""
+    batch, heads, past_len, dim = past.shape  # (batch_before_reorder, heads, past_len, d)
+    out = past.new_empty(new.size(0), heads, past_len + new.size(2), dim)  # (batch, heads, len, d)
+    if rows is None:
+        out[:, :, :past_len] = past
+    else:
+        torch.index_select(past, 0, rows, out=out[:, :, :past_len])
+    out[:, :, past_len:] = new
+    return out
 
 
 @dataclass
@@ -155,10 +184,7 @@ class MultiHeadAttention(nn.Module):
             q, k, v = self.w_qkv(x).split([h_dk, h_dk, self.n_heads * self.d_v], dim=-1)
             q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
             if cache is not None:
-                if cache.self_k is not None:
-                    k = torch.cat([cache.self_k, k], dim=2)  # (batch, heads, past + q_len, d_k)
-                    v = torch.cat([cache.self_v, v], dim=2)
-                cache.self_k, cache.self_v = k, v
+                k, v = cache.extend(k, v)  # (batch, heads, past + q_len, d_k | d_v)
         p = self.p_drop_attn if self.training else 0.0
         if causal and key_pad_mask is None and q.size(2) == k.size(2):
             # The whole target at once (training): the kernel's own causal path, no mask tensor.
