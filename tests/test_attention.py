@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from aiayn.model.attention import (
+    LayerCache,
     MultiHeadAttention,
     attend_mask,
     attention_weights,
@@ -68,3 +69,16 @@ def test_cache_reorder_selects_hypotheses():
         torch.tensor([[2, 11], [2, 12], [2, 13]]), memory[[1, 1, 0]], src_pad[[1, 1, 0]]
     )
     torch.testing.assert_close(step[:, 0], ref[:, 1], atol=1e-5, rtol=1e-5)
+
+
+def test_reorders_before_an_extend_compose_and_move_the_history_once():
+    """A pending reorder is applied by the next `extend`: two in a row act as one."""
+    layer = LayerCache()
+    history = torch.arange(4.0).view(4, 1, 1, 1)  # (batch, heads, 1, d): row i holds i
+    layer.extend(history, history)
+    layer.reorder(torch.tensor([3, 3, 1, 0]))
+    layer.reorder(torch.tensor([2, 0, 1]))  # -> original rows [1, 3, 3]
+    new = torch.full((3, 1, 1, 1), 9.0)
+    k, v = layer.extend(new, new)
+    assert k[:, 0, :, 0].tolist() == [[1.0, 9.0], [3.0, 9.0], [3.0, 9.0]] and torch.equal(k, v)
+    assert layer.rows is None

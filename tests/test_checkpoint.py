@@ -1,6 +1,7 @@
 import errno
 import os
 import pickle
+from pathlib import Path
 
 import pytest
 import torch
@@ -163,3 +164,20 @@ def test_disk_full_while_saving_keeps_the_previous_checkpoint(tmp_path, vocab, m
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary left
     assert load_checkpoint(path).meta["step"] == 7
+
+
+def test_a_failed_final_rename_puts_the_previous_checkpoint_back(tmp_path, vocab, monkeypatch):
+    path, model, config = _saved(tmp_path, vocab)
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+    real_replace = os.replace
+
+    def replace(src, dst):  # the old checkpoint moves aside, then the new one cannot land
+        if ".tmp-" in Path(src).name and Path(dst) == path:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(checkpoint.os, "replace", replace)
+    with pytest.raises(CheckpointError, match="cannot write the checkpoint"):
+        save_checkpoint(path, model, config, vocab, vocab, meta={"step": 8})
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]

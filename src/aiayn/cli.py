@@ -292,7 +292,9 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ref", required=True, metavar="FILE", help="one reference per line")
     p.add_argument("--hyp-out", metavar="FILE", help="also write the translations here")
     p.add_argument(
-        "--lang", help="target language of the tokenized BLEU (--ref's suffix: x.de, x.de.gz -> de; else en)"
+        "--lang",
+        help="target language of the tokenized BLEU (--ref's suffix: x.de, x.de.gz -> de; "
+        "else en)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     p.set_defaults(run=_run_evaluate)

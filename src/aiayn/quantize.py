@@ -5,10 +5,10 @@
 Every `nn.Linear` (attention projections, feed-forward) gets int8 weights with one scale
 per output row, and its input is quantized per call ("dynamic", one scale per tensor):
 PyTorch's fbgemm / onednn int8 matrix products. CTranslate2's int8 also keeps a scale per
-weight row. The tied pre-softmax
-projection (sec. 3.4) is `hidden @ embedding.t()` in `Transformer.project`, not a module,
-yet at an 8k-37k vocabulary it is a large share of each decoding step; so the quantized
-model also gets an int8 copy of that matrix, used by `project` only. Embedding lookups,
+weight row. The tied pre-softmax projection (sec. 3.4) is `hidden @ embedding.t()` in
+`Transformer.project`, not a module, yet at an 8k-37k vocabulary it is a large share of
+each decoding step; so the quantized model also gets an int8 copy of that matrix, used by
+`project` only. Embedding lookups,
 LayerNorm, softmax and attention over the cache stay float32.
 
 The model code keeps one path: `project` is replaced on this instance only, by the int8

