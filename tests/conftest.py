@@ -20,6 +20,17 @@ def tiny_model_config(**overrides) -> ModelConfig:
     return ModelConfig(**values)
 
 
+def own_histories(store: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Each hypothesis's own history in a one-head, one-dimensional self-attention store
+    (sentences, 1, length * group, 1) with this step's single-position `mask`
+    (sentences, 1, group, length * group), as `model/cache.py` lays them out: (rows, length)."""
+    values = store[:, 0, :, 0]  # (sentences, length * group)
+    if mask is None:  # one row per sentence: every entry is its own
+        return values
+    group = mask.size(2)
+    return values[:, None, :].expand(-1, group, -1)[mask[:, 0]].view(values.size(0) * group, -1)
+
+
 @pytest.fixture(autouse=True)
 def _seeded() -> None:
     torch.manual_seed(0)

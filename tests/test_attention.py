@@ -2,14 +2,14 @@ import pytest
 import torch
 
 from aiayn.model.attention import (
-    LayerCache,
     MultiHeadAttention,
     attend_mask,
     attention_weights,
     scaled_dot_product_attention,
 )
+from aiayn.model.cache import KVCache, LayerCache
 from aiayn.model.transformer import Transformer
-from conftest import tiny_model_config
+from conftest import own_histories, tiny_model_config
 
 
 def test_eq1_by_hand_with_padding():
@@ -55,30 +55,53 @@ def test_cached_decoding_equals_recomputing_the_prefix(norm):
 
 
 @torch.no_grad()
-def test_cache_reorder_selects_hypotheses():
+def test_cache_follows_widening_reorders_multi_token_steps_and_leaving_sentences():
+    """Against decoding each chosen prefix from scratch: the beam widening after two
+    positions, a reorder within each sentence's block, two positions fed at once, a change
+    in rows per sentence, and a sentence leaving. The encoder-decoder keys stay one row per
+    sentence throughout."""
     model = Transformer(tiny_model_config()).eval()
     src = torch.tensor([[5, 6, 7, 3], [9, 10, 3, 0]])
     src_pad = model.pad_mask(src)
     memory = model.encode(src, src_pad)
     cache = model.new_cache(src_pad)
+
+    def check(tokens, prefixes, sentence):
+        step = model.decode(torch.tensor(tokens), None, cache.src_pad_mask, cache)
+        new = len(tokens[0])
+        ref = model.decode(torch.tensor(prefixes), memory[sentence], src_pad[sentence])
+        torch.testing.assert_close(step, ref[:, -new:], atol=1e-5, rtol=1e-5)
+
     model.decode(torch.tensor([[2], [2]]), memory, src_pad, cache)
-    cache.reorder(torch.tensor([1, 1, 0]))
-    nxt = torch.tensor([[11], [12], [13]])
-    step = model.decode(nxt, None, cache.src_pad_mask, cache)  # memory comes from the cache
-    ref = model.decode(
-        torch.tensor([[2, 11], [2, 12], [2, 13]]), memory[[1, 1, 0]], src_pad[[1, 1, 0]]
-    )
-    torch.testing.assert_close(step[:, 0], ref[:, 1], atol=1e-5, rtol=1e-5)
+    check([[4], [5]], [[2, 4], [2, 5]], [0, 1])
+    cache.reorder(torch.tensor([0, 0, 1, 1]))  # the beam widens to 2 rows per sentence
+    check([[6], [7], [8], [9]], [[2, 4, 6], [2, 4, 7], [2, 5, 8], [2, 5, 9]], [0, 0, 1, 1])
+    cache.reorder(torch.tensor([1, 0, 3, 3]))
+    prefixes = [[2, 4, 7, 10, 11], [2, 4, 6, 12, 13], [2, 5, 9, 14, 15], [2, 5, 9, 16, 17]]
+    check([[10, 11], [12, 13], [14, 15], [16, 17]], prefixes, [0, 0, 1, 1])
+    assert cache.layers[0].cross_k.size(0) == 2  # (sentences, heads, src_len, d_k)
+    # 3 rows per sentence, each with its own history: the entries are laid out again.
+    cache.reorder(torch.tensor([1, 0, 1, 3, 2, 3]))
+    p = prefixes
+    tokens = [[18], [19], [20], [21], [22], [4]]
+    prefixes = [p[1] + [18], p[0] + [19], p[1] + [20], p[3] + [21], p[2] + [22], p[3] + [4]]
+    check(tokens, prefixes, [0, 0, 0, 1, 1, 1])
+    # Sentence 0 is done, sentence 1 keeps 2 of its rows: both at once.
+    cache.reorder(torch.tensor([4, 3]), sentences=torch.tensor([1]))
+    check([[5], [6]], [prefixes[4] + [5], prefixes[3] + [6]], [1, 1])
+    assert cache.layers[0].cross_k.size(0) == 1 and cache.src_pad_mask.tolist() == src_pad[1:].tolist()
 
 
-def test_reorders_before_an_extend_compose_and_move_the_history_once():
-    """A pending reorder is applied by the next `extend`: two in a row act as one."""
-    layer = LayerCache()
-    history = torch.arange(4.0).view(4, 1, 1, 1)  # (batch, heads, 1, d): row i holds i
-    layer.extend(history, history)
-    layer.reorder(torch.tensor([3, 3, 1, 0]))
-    layer.reorder(torch.tensor([2, 0, 1]))  # -> original rows [1, 3, 3]
-    new = torch.full((3, 1, 1, 1), 9.0)
-    k, v = layer.extend(new, new)
-    assert k[:, 0, :, 0].tolist() == [[1.0, 9.0], [3.0, 9.0], [3.0, 9.0]] and torch.equal(k, v)
-    assert layer.rows is None
+def test_reorders_compose_and_move_no_stored_entry():
+    """Two reorders before a step act as one; they rewrite the ancestry, not the store."""
+    cache = KVCache([LayerCache()], torch.zeros(1, 1, dtype=torch.bool))  # one sentence
+    cache.advance(rows=4, new=1)
+    first = torch.arange(4).view(4, 1, 1, 1)  # (rows, 1, heads, d): row i holds i
+    cache.layers[0].extend(first, first)
+    cache.reorder(torch.tensor([3, 3, 1, 0]))
+    cache.reorder(torch.tensor([2, 0, 1, 1]))  # -> original rows [1, 3, 3, 3]
+    cache.advance(rows=4, new=1)
+    k, v, mask = cache.layers[0].extend(torch.full((4, 1, 1, 1), 9), torch.full((4, 1, 1, 1), 9))
+    assert own_histories(k, mask).tolist() == [[1, 9], [3, 9], [3, 9], [3, 9]]
+    assert k[0, 0, :4, 0].tolist() == [0, 1, 2, 3] and torch.equal(k, v)  # entries stay put
+    assert cache.pending is None and cache.slots.tolist() == [[1, 0], [3, 1], [3, 2], [3, 3]]

@@ -89,26 +89,23 @@ def run_search(
         logp = model.project(hidden[:, -1]).float().log_softmax(dim=-1)  # (rows, vocab)
         logp[:, forbidden] = NEG_INF
         rows, next_tokens, done = strategy.step(logp.view(alive.numel(), -1, logp.size(-1)))
-        # Rows stay in their sentence's block unless the beam widens (first step) or
-        # sentences leave the batch: then the encoder-decoder keys must move as well.
-        within = rows is not None and rows.numel() == logp.size(0)
+        sentences = None  # the same sentences stay: their encoder-decoder state stays put
         if done.any():
             finished = done.nonzero().squeeze(1)
             for i, hyps in zip(alive[finished].tolist(), strategy.results(finished)):
                 results[i] = hyps
-            keep = (~done).nonzero().squeeze(1)  # (still active,)
-            if keep.numel() == 0:
+            sentences = (~done).nonzero().squeeze(1)  # (still active,)
+            if sentences.numel() == 0:
                 return results
-            strategy.keep(keep)
-            alive = alive[keep]
+            strategy.keep(sentences)
+            alive = alive[sentences]
             if rows is None:  # the strategy keeps its rows in place: drop the done ones
-                rows = keep
+                rows = sentences
             else:  # rows of the kept sentences only: beam reorder and shrink in one step
-                rows = rows.view(done.numel(), -1)[keep].flatten()
-            next_tokens = next_tokens.view(done.numel(), -1)[keep].flatten()
-            within = False
+                rows = rows.view(done.numel(), -1)[sentences].flatten()
+            next_tokens = next_tokens.view(done.numel(), -1)[sentences].flatten()
         if rows is not None:
-            # Each row picked from its own sentence's beams: the encoder-decoder keys and
-            # values are equal across those beams and need not move (~1/5 of decode time).
-            cache.reorder(rows, within_sentences=within)
+            # Rows are picked from their own sentence's beams, so each sentence's rows stay
+            # one block, as the cache's encoder-decoder attention needs.
+            cache.reorder(rows, sentences)
         tokens = next_tokens[:, None]  # (rows, 1)

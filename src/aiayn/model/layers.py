@@ -10,7 +10,8 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
-from aiayn.model.attention import LayerCache, MultiHeadAttention
+from aiayn.model.attention import MultiHeadAttention
+from aiayn.model.cache import LayerCache
 
 
 class PositionwiseFeedForward(nn.Module):

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
-from aiayn.model.attention import KVCache, LayerCache
+from aiayn.model.cache import KVCache, LayerCache
 from aiayn.model.layers import DecoderLayer, Embedding, EncoderLayer, PositionalEncoding
 
 
@@ -91,12 +91,13 @@ class Transformer(nn.Module):
         With a cache, `tgt_in` holds only the new positions; earlier ones come from the
         cache, and `memory` may be None once the cache holds the encoder-decoder keys.
         """
-        offset = 0 if cache is None else cache.length
+        offset = 0
+        if cache is not None:
+            offset = cache.length
+            cache.advance(tgt_in.size(0), tgt_in.size(1))  # now holds offset + tgt_len positions
         x = self.embed_dropout(self.positional(self.tgt_embed(tgt_in), offset))
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, src_pad_mask, None if cache is None else cache.layers[i])
-        if cache is not None:
-            cache.length += tgt_in.size(1)
         return self.decoder_norm(x)  # (batch, tgt_len, d_model)
 
     def project(self, hidden: Tensor) -> Tensor:
