@@ -78,7 +78,7 @@ class LayerCache:
             setattr(self, name, own.reshape(rows // group, heads, length * group, d))
 
 
-GROW = 16  # positions added to a full self-attention store at once
+GROW = 32  # positions added to a full self-attention store at once
 
 
 def _append(store: Tensor | None, new: Tensor, group: int, length: int) -> Tensor:
@@ -86,16 +86,15 @@ def _append(store: Tensor | None, new: Tensor, group: int, length: int) -> Tenso
     (sentences, heads, capacity * group, d), growing it when full; -> the store."""
     rows, q, heads, d = new.shape
     sentences = rows // group
-    # Row j of a sentence at position length + a goes to entry (length + a) * group + j.
-    entries = new.view(sentences, group, q, heads, d).permute(0, 3, 2, 1, 4)
-    entries = entries.reshape(sentences, heads, q * group, d)
     start, end = length * group, (length + q) * group
     if store is None or end > store.size(2):
         grown = new.new_empty(sentences, heads, end + GROW * group, d)
         if store is not None:
             grown[:, :, :start] = store[:, :, :start]
         store = grown
-    store[:, :, start:end] = entries
+    # Row j of a sentence at position length + a goes to entry (length + a) * group + j.
+    place = store[:, :, start:end].view(sentences, heads, q, group, d)
+    place.copy_(new.view(sentences, group, q, heads, d).permute(0, 3, 2, 1, 4))
     return store
 
 
