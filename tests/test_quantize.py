@@ -8,6 +8,7 @@ from torch import nn
 
 from aiayn.cli import main
 from aiayn.errors import ConfigError
+from aiayn.quantize import int8_engine
 from aiayn.translate import Translator
 from tiny_checkpoint import save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
@@ -40,8 +41,24 @@ def test_every_linear_map_is_int8_including_the_tied_projection(ckpt):
     assert torch.allclose(int8_logits, float_logits, atol=0.05 * scale)  # ... the same matrix
 
 
+@pytest.mark.parametrize("amx", [True, False])
+def test_int8_engine_is_onednn_with_amx_tiles_and_the_setting_is_put_back(ckpt, monkeypatch, amx):
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    default = torch.backends.quantized.engine
+    expected = "onednn" if amx and "onednn" in torch.backends.quantized.supported_engines else default
+    assert int8_engine() == expected
+    import torch.ao.quantization as tq
+
+    packed_with, quantize = [], tq.quantize_dynamic
+    spy = lambda *a, **k: packed_with.append(torch.backends.quantized.engine) or quantize(*a, **k)  # noqa: E731
+    monkeypatch.setattr(tq, "quantize_dynamic", spy)
+    Translator.from_checkpoint(ckpt, int8=True)
+    assert packed_with == [expected] and torch.backends.quantized.engine == default
+
+
+@pytest.mark.parametrize("amx", [True, False], ids=["onednn", "default-engine"])
 @pytest.mark.parametrize("tied", [True, False])
-def test_int8_log_probs_are_close_to_float32(tmp_path, tied):
+def test_int8_log_probs_are_close_to_float32(tmp_path, monkeypatch, tied, amx):
     """Teacher-forced log P over the whole vocabulary, float32 against int8.
 
     8-bit weights (a scale per row) and inputs (a scale per call) put an error of about
@@ -49,6 +66,7 @@ def test_int8_log_probs_are_close_to_float32(tmp_path, tied):
     average ~0.02 in log-probability. Tolerance: max 0.3, mean 0.05. Quantizing with a wrong
     matrix (another layer's, a transposed one) moves them by about their spread, ~1.
     """
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)  # which engine packs
     ckpt = save_tiny_checkpoint(tmp_path / "ckpt", tie_embeddings=tied)
     exact = Translator.from_checkpoint(ckpt).model
     int8 = Translator.from_checkpoint(ckpt, int8=True).model
