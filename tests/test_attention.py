@@ -89,7 +89,8 @@ def test_cache_follows_widening_reorders_multi_token_steps_and_leaving_sentences
     # Sentence 0 is done, sentence 1 keeps 2 of its rows: both at once.
     cache.reorder(torch.tensor([4, 3]), sentences=torch.tensor([1]))
     check([[5], [6]], [prefixes[4] + [5], prefixes[3] + [6]], [1, 1])
-    assert cache.layers[0].cross_k.size(0) == 1 and cache.src_pad_mask.tolist() == src_pad[1:].tolist()
+    assert cache.layers[0].cross_k.size(0) == 1
+    assert cache.src_pad_mask.tolist() == src_pad[1:].tolist()
 
 
 def test_reorders_compose_and_move_no_stored_entry():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.ao.quantization as tq
 from torch import nn
 
 from aiayn.cli import main
@@ -45,12 +46,15 @@ def test_every_linear_map_is_int8_including_the_tied_projection(ckpt):
 def test_int8_engine_is_onednn_with_amx_tiles_and_the_setting_is_put_back(ckpt, monkeypatch, amx):
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
     default = torch.backends.quantized.engine
-    expected = "onednn" if amx and "onednn" in torch.backends.quantized.supported_engines else default
+    onednn = "onednn" in torch.backends.quantized.supported_engines
+    expected = "onednn" if amx and onednn else default
     assert int8_engine() == expected
-    import torch.ao.quantization as tq
-
     packed_with, quantize = [], tq.quantize_dynamic
-    spy = lambda *a, **k: packed_with.append(torch.backends.quantized.engine) or quantize(*a, **k)  # noqa: E731
+
+    def spy(*args, **kwargs):  # records the engine the weights are packed for
+        packed_with.append(torch.backends.quantized.engine)
+        return quantize(*args, **kwargs)
+
     monkeypatch.setattr(tq, "quantize_dynamic", spy)
     Translator.from_checkpoint(ckpt, int8=True)
     assert packed_with == [expected] and torch.backends.quantized.engine == default
