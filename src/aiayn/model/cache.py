@@ -134,9 +134,8 @@ class KVCache:
             for layer in self.layers:
                 layer.regroup(slots, group)
             slots = own.expand(rows, self.length)
-        self.slots = own.expand(rows, new) if slots is None else torch.cat(
-            [slots, own.expand(rows, new)], dim=1
-        )  # (rows, length + new)  # fmt: skip
+        fresh = own.expand(rows, new)  # each row's new positions are its own entries
+        self.slots = fresh if slots is None else torch.cat([slots, fresh], dim=1)  # (rows, total)
         mask = self._mask(sentences, group, new)
         for layer in self.layers:
             layer.group, layer.length, layer.mask = group, self.length, mask
