@@ -37,8 +37,7 @@ from aiayn.data.batching import chunk_by_tokens, collate
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from aiayn.model.layers import sinusoid_table
 from aiayn.model.transformer import Transformer
-from aiayn.train.loss import label_smoothed_loss
-from aiayn.train.validate import real_positions, real_token_logits
+from aiayn.train.validate import real_positions, real_token_loss
 
 VOCAB, EPS_LS, P_DROP = 8000, 0.1, 0.1
 SIZES = {  # d_model, heads, d_ff, layers (each stack)
@@ -119,8 +118,8 @@ def steppers(size: str, device: str, compile_mode: str | None) -> dict:
         "hf_marian": marian_peer(d_model, heads, d_ff, layers),
     }
     forwards = {
-        "aiayn": lambda m, b: label_smoothed_loss(
-            real_token_logits(m, b.src, b.tgt_in, b.positions), b.target, EPS_LS)[0],
+        "aiayn": lambda m, b: real_token_loss(m, b.src, b.tgt_in, b.positions, b.target,
+                                              EPS_LS)[0],
         "torch_nn_transformer": lambda m, b: peer_loss(m(b.src, b.tgt_in), b),
         "hf_marian": lambda m, b: peer_loss(m(
             input_ids=b.src, attention_mask=b.src.ne(PAD_ID), decoder_input_ids=b.tgt_in,

@@ -81,13 +81,13 @@ def test_two_ranks_equal_one_process_with_twice_the_accumulation(tmp_path):
 DIE_ON_RANK_1 = """
 import os, sys
 import aiayn.train.trainer as trainer
-real, calls = trainer.label_smoothed_loss, []
+real, calls = trainer.real_token_loss, []
 def loss(*args, **kwargs):
     calls.append(1)
     if os.environ["RANK"] == "1" and len(calls) == 3:
         os._exit(17)
     return real(*args, **kwargs)
-trainer.label_smoothed_loss = loss
+trainer.real_token_loss = loss
 from aiayn.cli import main
 sys.exit(main(["train", sys.argv[1]]))
 """

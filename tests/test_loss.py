@@ -7,14 +7,14 @@ import math
 import pytest
 import torch
 
-from aiayn.train.loss import label_smoothed_loss
+from aiayn.train.loss import label_smoothed_loss, projected_label_smoothed_loss
 
 
 def test_equals_a_hand_computed_value() -> None:
     # V = 3, one position, target 0, log p = log(0.5, 0.25, 0.25), eps = 0.1:
     # q = (0.9, 0.05, 0.05); H(q, p) = 0.9 log 2 + 2 * 0.05 * log 4 = 1.1 log 2.
     lprobs = torch.tensor([[math.log(0.5), math.log(0.25), math.log(0.25)]])
-    smoothed, nll = label_smoothed_loss(lprobs, torch.tensor([0]), 0.1, log_probs=True)
+    smoothed, nll = label_smoothed_loss(lprobs, torch.tensor([0]), 0.1)
     assert smoothed.item() == pytest.approx(1.1 * math.log(2), rel=1e-6)
     assert nll.item() == pytest.approx(math.log(2), rel=1e-6)
 
@@ -50,3 +50,51 @@ def test_half_precision_scores_are_computed_in_float32() -> None:
     smoothed, _ = label_smoothed_loss(logits.bfloat16(), target, 0.1)
     assert smoothed.dtype == torch.float32
     torch.testing.assert_close(smoothed, label_smoothed_loss(logits.bfloat16().float(), target, 0.1)[0])
+
+
+def _reference(hidden, weight, target, eps):
+    """The loss of the full logits, and autograd's gradients of its smoothed sum."""
+    hidden, weight = hidden.detach().requires_grad_(), weight.detach().requires_grad_()
+    smoothed, nll = label_smoothed_loss(hidden @ weight.t(), target, eps)
+    smoothed.backward()
+    return smoothed, nll, hidden.grad, weight.grad
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("chunk_rows", [1, 4, 7, 100])  # 7 does not divide the 23 rows
+def test_projected_loss_and_its_gradients_equal_those_of_the_full_logits(eps, chunk_rows):
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(23, 6, dtype=torch.float64), torch.randn(11, 6, dtype=torch.float64)
+    target = torch.randint(0, 11, (23,))
+    expected = _reference(hidden, weight, target, eps)
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    smoothed, nll = projected_label_smoothed_loss(h, w, target, eps, chunk_rows=chunk_rows)
+    (3.0 * smoothed).backward()  # backward scales the gradients by what flows in
+    for got, want in zip((smoothed, nll, h.grad / 3, w.grad / 3), expected):
+        torch.testing.assert_close(got, want)
+    assert not nll.requires_grad  # reported, not trained on
+
+
+def test_projected_loss_without_gradients_is_the_same_sum():
+    hidden, weight, target = torch.randn(9, 5), torch.randn(13, 5), torch.randint(0, 13, (9,))
+    with torch.no_grad():
+        got = projected_label_smoothed_loss(hidden, weight, target, 0.1, chunk_rows=2)
+    for a, b in zip(got, label_smoothed_loss(hidden @ weight.t(), target, 0.1)):
+        torch.testing.assert_close(a, b)
+
+
+def test_projected_loss_under_autocast_projects_in_the_autocast_dtype():
+    torch.manual_seed(0)
+    hidden, weight = torch.randn(8, 16), torch.randn(10, 16)
+    target = torch.randint(0, 10, (8,))
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        smoothed, _ = projected_label_smoothed_loss(h, w, target, 0.1, chunk_rows=3)
+    smoothed.backward()
+    assert smoothed.dtype == torch.float32
+    assert h.grad.dtype == w.grad.dtype == torch.float32
+    bf16_logits = (hidden.bfloat16() @ weight.bfloat16().t()).float()  # what project() gives
+    torch.testing.assert_close(smoothed, label_smoothed_loss(bf16_logits, target, 0.1)[0])
+    _, _, grad_h, grad_w = _reference(hidden, weight, target, 0.1)
+    torch.testing.assert_close(h.grad, grad_h, atol=0.05, rtol=0.05)
+    torch.testing.assert_close(w.grad, grad_w, atol=0.05, rtol=0.05)

@@ -18,6 +18,7 @@ from aiayn.errors import CheckpointError, ConfigError, TrainingError
 from aiayn.train import distributed
 from aiayn.train.loss import label_smoothed_loss
 from aiayn.train.trainer import Trainer, train
+from aiayn.train.validate import real_token_loss
 from tiny_run import one_thread, prepared_data, tiny_config  # noqa: F401 (autouse fixture)
 
 
@@ -101,10 +102,10 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_a_gpu(data, tmp_path):
 
 
 def _nan_after(calls: list[int], first_bad: int, last_bad: float = math.inf):
-    """label_smoothed_loss, but NaN for calls first_bad..last_bad (0-based)."""
+    """real_token_loss, but NaN for calls first_bad..last_bad (0-based)."""
 
     def loss(*args, **kwargs):
-        smoothed, nll = label_smoothed_loss(*args, **kwargs)
+        smoothed, nll = real_token_loss(*args, **kwargs)
         calls.append(1)
         if first_bad <= len(calls) - 1 <= last_bad:
             return smoothed * math.nan, nll * math.nan
@@ -116,7 +117,7 @@ def _nan_after(calls: list[int], first_bad: int, last_bad: float = math.inf):
 def test_a_non_finite_loss_skips_its_update(data, tmp_path, monkeypatch):
     calls: list[int] = []
     # accum_steps 2: calls 6 and 7 are update 4's micro-batches; poison one of them
-    monkeypatch.setattr(trainer_module, "label_smoothed_loss", _nan_after(calls, 6, 6))
+    monkeypatch.setattr(trainer_module, "real_token_loss", _nan_after(calls, 6, 6))
     result = train(tiny_config(data, tmp_path, "train.max_steps=10", "train.accum_steps=2"))
     assert result.steps == 10 and len(calls) == 2 * 11  # one update more: the skipped one
     skips = [r for r in log_lines(tmp_path) if r["event"] == "skip"]
@@ -129,7 +130,7 @@ def test_k_bad_updates_in_a_row_stop_the_run_and_the_last_good_checkpoint_surviv
     data, tmp_path, monkeypatch
 ):
     calls: list[int] = []
-    monkeypatch.setattr(trainer_module, "label_smoothed_loss", _nan_after(calls, 8))
+    monkeypatch.setattr(trainer_module, "real_token_loss", _nan_after(calls, 8))
     config = tiny_config(data, tmp_path, "train.save_every_steps=1", "train.max_bad_steps=3",
                          "train.accum_steps=2", "train.max_steps=50")  # fmt: skip
     with pytest.raises(TrainingError, match="3 updates in a row had a non-finite loss"):
@@ -138,7 +139,7 @@ def test_k_bad_updates_in_a_row_stop_the_run_and_the_last_good_checkpoint_surviv
     assert names[-1] == "step-000004"  # updates 1-4 were good
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "step-000004")
     assert all(p.isfinite().all() for p in ckpt.model.parameters())
-    monkeypatch.setattr(trainer_module, "label_smoothed_loss", label_smoothed_loss)
+    monkeypatch.setattr(trainer_module, "real_token_loss", real_token_loss)
     resumed = train(tiny_config(data, tmp_path, "train.max_steps=6", "train.accum_steps=2"),
                     resume=tmp_path)  # fmt: skip
     assert resumed.steps == 6

@@ -100,10 +100,14 @@ class Transformer(nn.Module):
             x = layer(x, memory, src_pad_mask, None if cache is None else cache.layers[i])
         return self.decoder_norm(x)  # (batch, tgt_len, d_model)
 
+    @property
+    def output_weight(self) -> Tensor:
+        """(vocab, d_model): the pre-softmax projection, the target embedding when tied."""
+        return self.tgt_embed.weight if self.config.tie_embeddings else self.out_proj.weight
+
     def project(self, hidden: Tensor) -> Tensor:
         """The pre-softmax linear transformation (sec. 3.4): (..., d_model) -> (..., vocab)."""
-        weight = self.tgt_embed.weight if self.config.tie_embeddings else self.out_proj.weight
-        return hidden @ weight.t()
+        return hidden @ self.output_weight.t()
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits: (batch, src_len), (batch, tgt_len) -> (batch, tgt_len, vocab)."""

@@ -15,6 +15,10 @@ over real target positions. tensor2tensor also subtracts the constant H(q) (the 
 reachable) for display; it does not change gradients, and we do not subtract it, so with
 eps = 0 the smoothed loss is exactly the NLL. The NLL, -log p(y), is returned beside it:
 it is the true per-token loss, exp(NLL / tokens) the perplexity.
+
+Training does not build the (tokens, V) logits at once: `projected_label_smoothed_loss`
+takes the decoder's hidden states and the pre-softmax weight and works through the tokens a
+chunk at a time, computing each chunk's loss and its gradient together (see its docstring).
 """
 
 from __future__ import annotations
@@ -22,27 +26,135 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+# Logits per chunk in `projected_label_smoothed_loss`. On a CPU a chunk of 4M floats
+# (16 MB) stays in cache while it is read five times over; on a GPU a chunk only bounds
+# memory, and fewer, larger chunks launch fewer kernels.
+CPU_CHUNK_ELEMENTS = 1 << 22
+GPU_CHUNK_ELEMENTS = 1 << 28
+
+
+def _row_losses(z: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """(smoothed, nll, lse) per row of float32 logits z: (n, V), target: (n,).
+
+    With lse = log sum_k exp z_k, log p_k = z_k - lse, so
+        nll = lse - z_y,   sum_k -log p_k = V lse - sum_k z_k,
+    and -sum_k q(k) log p(k) = (1 - eps) nll + eps / (V - 1) (sum over k != y of -log p_k).
+    Log-probabilities in z give lse = 0 and the same formula.
+    """
+    n_classes = z.size(-1)
+    lse = z.logsumexp(dim=-1)  # (n,)
+    nll = lse - z.gather(1, target[:, None]).squeeze(1)  # (n,)  -log p(y)
+    if eps == 0.0 or n_classes == 1:
+        return nll, nll, lse
+    others = n_classes * lse - z.sum(dim=-1) - nll  # (n,)  sum over k != y of -log p_k
+    return (1.0 - eps) * nll + (eps / (n_classes - 1)) * others, nll, lse
+
 
 def label_smoothed_loss(
-    scores: Tensor, target: Tensor, eps: float, pad_id: int | None = None, log_probs: bool = False
+    scores: Tensor, target: Tensor, eps: float, pad_id: int | None = None
 ) -> tuple[Tensor, Tensor]:
-    """(smoothed_sum, nll_sum): sums over the positions whose target is not `pad_id`.
+    """(smoothed_sum, nll_sum) of given scores: sums over the positions whose target is not
+    `pad_id`.
 
-    scores: (..., V) logits, or log-probabilities when `log_probs`; computed in float32
-    whatever their dtype. target: (...) class ids. Positions where target == pad_id add
-    nothing (None: every position counts; the trainer passes only real positions).
+    scores: (..., V) logits (log-probabilities are logits too: softmax leaves them as they
+    are), computed in float32 (float64 if they are). target: (...) class ids. Positions
+    where target == pad_id add nothing (None: every position counts).
     """
-    lprobs = scores.float() if log_probs else scores.float().log_softmax(dim=-1)  # (..., V)
-    lprobs = lprobs.reshape(-1, lprobs.size(-1))  # (n, V)
+    z = scores.to(torch.promote_types(scores.dtype, torch.float32))
+    z = z.reshape(-1, z.size(-1))  # (n, V)
     target = target.reshape(-1)  # (n,)
     if pad_id is not None:
         keep = target.ne(pad_id)
-        lprobs, target = lprobs[keep], target[keep]
-    nll = -lprobs.gather(1, target[:, None]).squeeze(1)  # (n,)  -log p(y)
-    n_classes = lprobs.size(-1)
-    if eps == 0.0 or n_classes == 1:
-        return nll.sum(), nll.sum()
-    # -sum_k q(k) log p(k) = (1 - eps) nll + eps/(V-1) * (sum over k != y of -log p(k))
-    others = -lprobs.sum(dim=-1) - nll  # (n,)
-    smoothed = (1.0 - eps) * nll + (eps / (n_classes - 1)) * others
+        z, target = z[keep], target[keep]
+    smoothed, nll, _ = _row_losses(z, target, eps)
     return smoothed.sum(), nll.sum()
+
+
+def projected_label_smoothed_loss(
+    hidden: Tensor, weight: Tensor, target: Tensor, eps: float, chunk_rows: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """(smoothed_sum, nll_sum) of the logits hidden @ weight^T, which are never all stored.
+
+    hidden: (n, d_model) decoder states of real target positions; weight: (V, d_model) the
+    pre-softmax projection (sec. 3.4); target: (n,). The smoothed sum is differentiable
+    with respect to hidden and weight; the NLL is for reporting and is not.
+
+    Why: the logits and their log-softmax are the largest tensors of a training step
+    (tokens x V floats each, 3.7 GB apiece for the paper's 25k-token batches and 37k
+    vocabulary), and the passes over them in the loss and its backward cost more time
+    than the rest of the loss. Since the gradient of H(q, p) with respect to the logits is
+    simply p - q, each chunk of rows computes its logits, its loss and that gradient at
+    once, and turns the gradient straight into the gradients of hidden and weight (the two
+    matrix products autograd would do). Backward then only scales them by the incoming
+    gradient. Same matrix products as `label_smoothed_loss(hidden @ weight.T, ...)`; only
+    a chunk of logits at a time. Under autocast the products run in the autocast dtype,
+    as `Transformer.project` would; the loss and the gradient of the logits in float32
+    (float64 for a float64 model).
+    """
+    if chunk_rows is None:
+        budget = CPU_CHUNK_ELEMENTS if hidden.device.type == "cpu" else GPU_CHUNK_ELEMENTS
+        chunk_rows = max(1, budget // weight.size(0))
+    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+        return _ProjectedLoss.apply(hidden, weight, target, eps, chunk_rows)
+    smoothed, nll, _, _ = _projected_sums(hidden, weight, target, eps, chunk_rows, grads=False)
+    return smoothed, nll
+
+
+class _ProjectedLoss(torch.autograd.Function):
+    """The loss whose gradients `_projected_sums` computes during the forward pass."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, target, eps, chunk_rows):  # type: ignore[override]
+        smoothed, nll, grad_hidden, grad_weight = _projected_sums(
+            hidden, weight, target, eps, chunk_rows, grads=True
+        )
+        ctx.save_for_backward(grad_hidden, grad_weight)
+        ctx.mark_non_differentiable(nll)
+        return smoothed, nll
+
+    @staticmethod
+    def backward(ctx, grad_smoothed, _grad_nll):  # type: ignore[override]
+        grad_hidden, grad_weight = ctx.saved_tensors
+        return grad_hidden * grad_smoothed, grad_weight * grad_smoothed, None, None, None
+
+
+@torch.no_grad()
+def _projected_sums(
+    hidden: Tensor, weight: Tensor, target: Tensor, eps: float, chunk_rows: int, grads: bool
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+    """Loss sums and, with `grads`, d(smoothed_sum)/d hidden and d/d weight, chunk by chunk."""
+    device = hidden.device.type
+    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+    acc = torch.promote_types(dtype, torch.float32)  # the loss's and gradients' dtype
+    w = weight.to(dtype)  # (V, d_model), cast once rather than once per chunk
+    n_classes = weight.size(0)
+    off = eps / (n_classes - 1) if n_classes > 1 else 0.0  # q(k) for k != y
+    sums = torch.zeros(2, dtype=acc, device=hidden.device)  # smoothed, nll
+    grad_hidden = torch.empty_like(hidden) if grads else None
+    grad_weight = torch.zeros(weight.shape, dtype=acc, device=hidden.device) if grads else None
+    with torch.autocast(device, enabled=False):
+        for start in range(0, hidden.size(0), chunk_rows):
+            h = hidden[start : start + chunk_rows].to(dtype)  # (rows, d_model)
+            y = target[start : start + chunk_rows]  # (rows,)
+            z = (h @ w.t()).to(acc)  # (rows, V) logits
+            smoothed, nll, lse = _row_losses(z, y, eps)
+            sums += torch.stack([smoothed.sum(), nll.sum()])
+            if not grads:
+                continue
+            # d H(q, p) / d z = p - q: softmax, minus eps/(V-1) everywhere, minus the rest
+            # of 1 - eps at the target. Written over z in place: z is not needed again.
+            g = z.sub_(lse[:, None]).exp_()  # (rows, V) p
+            if off:
+                g.sub_(off)
+            g[torch.arange(g.size(0), device=g.device), y] -= 1.0 - eps - off
+            g = g.to(dtype)
+            grad_hidden[start : start + chunk_rows] = g @ w  # (rows, d_model)
+            if dtype == acc:
+                # (V, d_model), no temporary. (`addmm_` would do the same, but torch's
+                # FlopCounterMode, which the benchmarks use, does not count it.)
+                torch.addmm(grad_weight, g.t(), h, out=grad_weight)
+            else:
+                grad_weight += (g.t() @ h).to(acc)
+    if grads:
+        grad_weight = grad_weight.to(weight.dtype)
+    return sums[0], sums[1], grad_hidden, grad_weight

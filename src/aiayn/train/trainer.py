@@ -28,7 +28,6 @@ from aiayn.errors import ConfigError, TrainingError
 from aiayn.model.transformer import Transformer
 from aiayn.train import distributed
 from aiayn.train.checkpoints import RunCheckpoints, resume_candidates, step_name
-from aiayn.train.loss import label_smoothed_loss
 from aiayn.train.monitor import Monitor, format_summary, perplexity
 from aiayn.train.run_state import (
     LoopState,
@@ -40,7 +39,7 @@ from aiayn.train.run_state import (
 )
 from aiayn.train.schedule import make_optimizer, noam_lr, set_lr
 from aiayn.train.state import seed_everything
-from aiayn.train.validate import dev_bleu, real_positions, real_token_logits, validation_loss
+from aiayn.train.validate import dev_bleu, real_positions, real_token_loss, validation_loss
 
 
 @dataclass
@@ -87,15 +86,15 @@ def resume_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     return apply_overrides(read_config(resume_candidates(path)[0]), overrides)
 
 
-class _RealTokenLogits(nn.Module):
-    """What DistributedDataParallel wraps: the model up to the logits of real positions."""
+class _RealTokenLoss(nn.Module):
+    """What DistributedDataParallel wraps: the model and loss over the real positions."""
 
-    def __init__(self, model: Transformer) -> None:
+    def __init__(self, model: Transformer, eps: float) -> None:
         super().__init__()
-        self.model = model
+        self.model, self.eps = model, eps
 
-    def forward(self, src, tgt_in, positions):  # -> (n_tokens, vocab)
-        return real_token_logits(self.model, src, tgt_in, positions)
+    def forward(self, src, tgt_in, positions, target):  # -> (smoothed sum, NLL sum)
+        return real_token_loss(self.model, src, tgt_in, positions, target, self.eps)
 
 
 @dataclass
@@ -140,7 +139,7 @@ class Trainer:
         self.resumed_from = None
         if resume is not None:
             self.resumed_from = restore(self, resume_candidates(resume))
-        self.forward = _RealTokenLogits(self.model)
+        self.forward = _RealTokenLoss(self.model, t.eps_ls)
         if env.distributed:
             self.forward = distributed.wrap_ddp(self.forward, env)
         self.checkpoints = RunCheckpoints(t.out_dir, t.keep_last)
@@ -247,8 +246,7 @@ class Trainer:
         positions, target = real_positions(batch.tgt_out, self.config.model.pad_id, self.env.device)
         batch = batch.to(self.env.device, non_blocking=True)
         with self._autocast():
-            logits = self.forward(batch.src, batch.tgt_in, positions)  # (n_tokens, vocab)
-        return label_smoothed_loss(logits, target, self.config.train.eps_ls)
+            return self.forward(batch.src, batch.tgt_in, positions, target)
 
     def _step(self, tokens: float) -> tuple[str, float]:
         """Scale the summed gradients to a per-token mean, clip, take the Adam step."""

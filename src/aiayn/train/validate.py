@@ -22,7 +22,7 @@ from aiayn.data.vocab import Vocab
 from aiayn.decode.search import greedy_search
 from aiayn.model.transformer import Transformer
 from aiayn.train.distributed import DistEnv, all_reduce_sum
-from aiayn.train.loss import label_smoothed_loss
+from aiayn.train.loss import projected_label_smoothed_loss
 from aiayn.train.monitor import perplexity
 
 
@@ -49,8 +49,7 @@ def validation_loss(
         positions, target = real_positions(batch.tgt_out, model.config.pad_id, env.device)
         batch = batch.to(env.device)
         with autocast:
-            logits = real_token_logits(model, batch.src, batch.tgt_in, positions)
-        smoothed, nll = label_smoothed_loss(logits, target, eps)
+            smoothed, nll = real_token_loss(model, batch.src, batch.tgt_in, positions, target, eps)
         sums += torch.stack([smoothed, nll]).double()
         tokens += batch.n_tgt_tokens
     model.train(was_training)
@@ -70,20 +69,29 @@ def real_positions(
     return positions.to(device, non_blocking=True), flat[positions].to(device, non_blocking=True)
 
 
-def real_token_logits(
+def real_token_hidden(
     model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor, positions: torch.Tensor
 ) -> torch.Tensor:
-    """Teacher-forced logits at the real target positions only.
+    """Teacher-forced decoder states at the real target positions only.
 
     src: (batch, src_len), tgt_in: (batch, tgt_len), positions: (n_tokens,) flat indices
-    into (batch * tgt_len) -> (n_tokens, vocab). Selecting hidden states before the
-    pre-softmax projection skips the padding's share of the model's largest matrix product.
+    into (batch * tgt_len) -> (n_tokens, d_model). Selecting them before the pre-softmax
+    projection skips the padding's share of the model's largest matrix product.
     """
     src_pad = model.pad_mask(src)  # (batch, src_len), True = padding
     memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
     hidden = model.decode(tgt_in, memory, src_pad)  # (batch, tgt_len, d_model)
-    hidden = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)  # (n_tokens, d_model)
-    return model.project(hidden)  # (n_tokens, vocab)
+    return hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)  # (n_tokens, d_model)
+
+
+def real_token_loss(
+    model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor, positions: torch.Tensor,
+    target: torch.Tensor, eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(smoothed sum, NLL sum) over the real target positions: `real_token_hidden`, then the
+    projection and loss together, a chunk of tokens at a time (`train/loss.py`)."""
+    hidden = real_token_hidden(model, src, tgt_in, positions)  # (n_tokens, d_model)
+    return projected_label_smoothed_loss(hidden, model.output_weight, target, eps)
 
 
 @torch.no_grad()
