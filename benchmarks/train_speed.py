@@ -1,7 +1,7 @@
 """Training speed: aiayn against `torch.nn.Transformer` and HuggingFace MarianMT, same batches.
 
     .venv/bin/python benchmarks/train_speed.py [--sizes small,base] [--device cpu|cuda]
-        [--dtype float32|bfloat16] [--tokens 4000] [--steps 8] [--compile [MODE]]
+        [--dtype float32|bfloat16] [--tokens 4000] [--vocab 8000] [--steps 8] [--compile [MODE]]
 
 One training step = forward, label-smoothed (0.1) cross-entropy over the real target tokens,
 backward, Adam (0.9, 0.98, 1e-9). The three systems are the same network (post-LN encoder-
@@ -39,7 +39,7 @@ from aiayn.model.layers import sinusoid_table
 from aiayn.model.transformer import Transformer
 from aiayn.train.validate import real_positions, real_token_loss
 
-VOCAB, EPS_LS, P_DROP = 8000, 0.1, 0.1
+VOCAB, EPS_LS, P_DROP = 8000, 0.1, 0.1  # VOCAB: the default; --vocab changes it
 SIZES = {  # d_model, heads, d_ff, layers (each stack)
     "base": (512, 8, 2048, 6),
     "small": (256, 4, 1024, 3),
@@ -47,7 +47,7 @@ SIZES = {  # d_model, heads, d_ff, layers (each stack)
 H100_BF16_PEAK = 989.4e12  # dense bf16 datasheet figure, SXM
 
 
-def make_batches(n_batches: int, max_tokens: int, seed: int) -> list:
+def make_batches(n_batches: int, max_tokens: int, seed: int, vocab: int = VOCAB) -> list:
     """`n_batches` length-grouped batches drawn from 20k synthetic pairs of 10-44 tokens."""
     rng = np.random.default_rng(seed)
     src_len = rng.integers(10, 45, 20000)
@@ -56,7 +56,7 @@ def make_batches(n_batches: int, max_tokens: int, seed: int) -> list:
     chunks = chunk_by_tokens(order, src_len + 1, tgt_len + 1, max_tokens)
     picked = rng.choice(len(chunks), n_batches, replace=False)
     return [
-        collate([(rng.integers(4, VOCAB, src_len[i]), rng.integers(4, VOCAB, tgt_len[i]))
+        collate([(rng.integers(4, vocab, src_len[i]), rng.integers(4, vocab, tgt_len[i]))
                  for i in chunks[k]])
         for k in picked
     ]  # fmt: skip
@@ -65,9 +65,9 @@ def make_batches(n_batches: int, max_tokens: int, seed: int) -> list:
 class TorchPeer(nn.Module):
     """`torch.nn.Transformer` (post-LN) with the paper's embeddings, positions and tying."""
 
-    def __init__(self, d_model: int, heads: int, d_ff: int, layers: int) -> None:
+    def __init__(self, d_model: int, heads: int, d_ff: int, layers: int, vocab: int) -> None:
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, d_model, padding_idx=PAD_ID)
+        self.embed = nn.Embedding(vocab, d_model, padding_idx=PAD_ID)
         self.core = nn.Transformer(
             d_model, heads, layers, layers, d_ff, P_DROP, batch_first=True
         )
@@ -85,11 +85,11 @@ class TorchPeer(nn.Module):
         return hidden @ self.embed.weight.t()
 
 
-def marian_peer(d_model: int, heads: int, d_ff: int, layers: int) -> nn.Module:
+def marian_peer(d_model: int, heads: int, d_ff: int, layers: int, vocab: int) -> nn.Module:
     from transformers import MarianConfig, MarianMTModel
 
     config = MarianConfig(
-        vocab_size=VOCAB, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
+        vocab_size=vocab, d_model=d_model, encoder_layers=layers, decoder_layers=layers,
         encoder_attention_heads=heads, decoder_attention_heads=heads, encoder_ffn_dim=d_ff,
         decoder_ffn_dim=d_ff, activation_function="relu", max_position_embeddings=256,
         scale_embedding=True, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
@@ -107,15 +107,15 @@ def peer_loss(logits, batch) -> torch.Tensor:
     )  # fmt: skip
 
 
-def steppers(size: str, device: str, compile_mode: str | None) -> dict:
+def steppers(size: str, device: str, compile_mode: str | None, vocab: int = VOCAB) -> dict:
     """name -> (model, one training step on a batch)."""
     d_model, heads, d_ff, layers = SIZES[size]
-    config = ModelConfig(vocab_size=VOCAB, d_model=d_model, n_heads=heads, d_ff=d_ff,
+    config = ModelConfig(vocab_size=vocab, d_model=d_model, n_heads=heads, d_ff=d_ff,
                          n_layers=layers, p_drop=P_DROP)  # fmt: skip
     models = {
         "aiayn": Transformer(config),
-        "torch_nn_transformer": TorchPeer(d_model, heads, d_ff, layers),
-        "hf_marian": marian_peer(d_model, heads, d_ff, layers),
+        "torch_nn_transformer": TorchPeer(d_model, heads, d_ff, layers, vocab),
+        "hf_marian": marian_peer(d_model, heads, d_ff, layers, vocab),
     }
     forwards = {
         "aiayn": lambda m, b: real_token_loss(m, b.src, b.tgt_in, b.positions, b.target,
@@ -165,11 +165,11 @@ def matmul_peak(device: str, dtype: torch.dtype) -> float:
 
 def bench_size(size: str, args, dtype: torch.dtype) -> dict:
     torch.manual_seed(0)
-    batches = make_batches(args.batches, args.tokens, seed=1)
+    batches = make_batches(args.batches, args.tokens, seed=1, vocab=args.vocab)
     for b in batches:
         b.positions, b.target = real_positions(b.tgt_out, PAD_ID, torch.device(args.device))
         b.src, b.tgt_in, b.tgt_out = (t.to(args.device) for t in (b.src, b.tgt_in, b.tgt_out))
-    systems = steppers(size, args.device, args.compile)
+    systems = steppers(size, args.device, args.compile, args.vocab)
     flops, flop_tokens = 0, 0
     # Untimed passes over every batch: a shape's first step pays for kernel plans (cuDNN
     # attention, oneDNN) that a long run pays once. aiayn's FLOPs counted on its last one.
@@ -214,6 +214,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     parser.add_argument("--tokens", type=int, default=4000, help="target tokens per batch")
+    parser.add_argument("--vocab", type=int, default=VOCAB, help="joint vocabulary size")
     parser.add_argument("--batches", type=int, default=8, help="distinct batches, cycled")
     parser.add_argument("--warmup", type=int, default=1, help="untimed passes over the batches")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per system")
@@ -236,7 +237,7 @@ def main() -> None:
         "task": "training step (fwd + label-smoothed loss + bwd + Adam), identical batches",
         "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
         "dtype": args.dtype, "compile": args.compile, "threads": torch.get_num_threads(),
-        "measured_matmul_peak_tflops": round(peak / 1e12, 3), "vocab": VOCAB,
+        "measured_matmul_peak_tflops": round(peak / 1e12, 3), "vocab": args.vocab,
         "results": results, "cpu": platform.processor() or platform.machine(),
         "torch": torch.__version__, "transformers": transformers.__version__,
     }, indent=1))  # fmt: skip
