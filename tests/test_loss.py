@@ -83,18 +83,57 @@ def test_projected_loss_without_gradients_is_the_same_sum():
         torch.testing.assert_close(a, b)
 
 
-def test_projected_loss_under_autocast_projects_in_the_autocast_dtype():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_projected_loss_under_autocast_projects_in_the_autocast_dtype(dtype):
+    """As the full path under autocast: logits from a low-precision product, loss in float32."""
     torch.manual_seed(0)
     hidden, weight = torch.randn(8, 16), torch.randn(10, 16)
     target = torch.randint(0, 10, (8,))
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    with torch.autocast("cpu", dtype=dtype):
         smoothed, _ = projected_label_smoothed_loss(h, w, target, 0.1, chunk_rows=3)
     smoothed.backward()
     assert smoothed.dtype == torch.float32
     assert h.grad.dtype == w.grad.dtype == torch.float32
-    bf16_logits = (hidden.bfloat16() @ weight.bfloat16().t()).float()  # what project() gives
-    torch.testing.assert_close(smoothed, label_smoothed_loss(bf16_logits, target, 0.1)[0])
-    _, _, grad_h, grad_w = _reference(hidden, weight, target, 0.1)
-    torch.testing.assert_close(h.grad, grad_h, atol=0.05, rtol=0.05)
-    torch.testing.assert_close(w.grad, grad_w, atol=0.05, rtol=0.05)
+    ref_h, ref_w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=dtype):
+        logits = ref_h @ ref_w.t()  # what project() gives under autocast
+    assert logits.dtype == dtype
+    expected = label_smoothed_loss(logits, target, 0.1)[0]
+    expected.backward()
+    torch.testing.assert_close(smoothed, expected)
+    # p - q is rounded to `dtype` before the products in both paths: equal up to rounding.
+    tol = {"atol": 2e-2, "rtol": 1e-2} if dtype == torch.bfloat16 else {"atol": 2e-3, "rtol": 1e-3}
+    torch.testing.assert_close(h.grad, ref_h.grad, **tol)
+    torch.testing.assert_close(w.grad, ref_w.grad, **tol)
+
+
+def test_projected_loss_computes_only_the_gradients_asked_for():
+    hidden, weight, target = torch.randn(6, 5), torch.randn(7, 5), torch.randint(0, 7, (6,))
+    w = weight.clone().requires_grad_()  # hidden frozen
+    projected_label_smoothed_loss(hidden, w, target, 0.1, chunk_rows=4)[0].backward()
+    torch.testing.assert_close(w.grad, _reference(hidden, weight, target, 0.1)[3])
+    assert hidden.grad is None
+
+
+def test_projected_loss_edge_cases_no_tokens_and_one_class():
+    w = torch.randn(7, 5, requires_grad=True)
+    empty = torch.zeros(0, 5, requires_grad=True)
+    smoothed, nll = projected_label_smoothed_loss(empty, w, torch.zeros(0, dtype=torch.long), 0.1)
+    smoothed.backward()
+    assert smoothed.item() == nll.item() == 0.0 and not w.grad.any()
+    # One class: p = q = 1 whatever eps says, so loss and gradient are 0 (as the full path).
+    hidden, one = torch.randn(3, 5, requires_grad=True), torch.randn(1, 5, requires_grad=True)
+    smoothed, _ = projected_label_smoothed_loss(hidden, one, torch.zeros(3, dtype=torch.long), 0.1)
+    smoothed.backward()
+    assert smoothed.item() == 0.0 and not hidden.grad.any() and not one.grad.any()
+
+
+def test_projected_loss_second_derivatives_raise_rather_than_come_out_zero():
+    """The gradients are formed in the forward pass, as constants: a second derivative
+    must be refused, not silently zero."""
+    h, w = torch.randn(4, 3, requires_grad=True), torch.randn(5, 3, requires_grad=True)
+    smoothed, _ = projected_label_smoothed_loss(h, w, torch.tensor([0, 1, 2, 3]), 0.1)
+    (grad_h,) = torch.autograd.grad(smoothed, h, create_graph=True)
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        torch.autograd.grad(grad_h.sum(), w)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import aiayn.train.loss as loss_module
 import aiayn.train.trainer as trainer_module
 from aiayn.checkpoint import load_checkpoint, read_weights
 from aiayn.cli import main
@@ -51,9 +52,14 @@ def test_a_short_run_learns_logs_and_keeps_the_last_and_best_checkpoints(data, t
     assert best.config.model.vocab_size == best.tgt_vocab.size  # taken from the data
 
 
-def test_the_gradient_is_the_mean_over_the_updates_target_tokens(data, tmp_path, monkeypatch):
-    """Accumulated micro-batches, each a sum over its tokens; / all tokens of the update."""
-    config = tiny_config(data, tmp_path, "train.accum_steps=3", "train.update_tokens=1000")
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_gradient_is_the_mean_over_the_updates_target_tokens(data, tmp_path, monkeypatch, tied):
+    """Accumulated micro-batches, each a sum over its tokens; / all tokens of the update.
+    The reference builds the full logits; the trainer's chunked loss (one token a chunk
+    here) must give the same gradients, with the output projection tied or not."""
+    monkeypatch.setattr(loss_module, "CPU_CHUNK_ELEMENTS", 1)  # -> chunks of one row
+    config = tiny_config(data, tmp_path, "train.accum_steps=3", "train.update_tokens=1000",
+                         f"model.tie_embeddings={str(tied).lower()}")  # fmt: skip
     trainer = Trainer(config, distributed.setup("cpu"), resume=None)
     batches = [next(trainer.data.micro_batches()) for _ in range(3)]
     trainer.batches = iter(batches)

@@ -1,9 +1,12 @@
 """The encoder-decoder Transformer (sec. 3, Figure 1): `encode`, `decode`, `forward`.
 
-    logits = Transformer(config)(src, tgt_in)          # teacher forcing, training
+    logits = Transformer(config)(src, tgt_in)          # teacher-forced logits
     memory = model.encode(src)                          # (batch, src_len, d_model)
     hidden = model.decode(tgt_in, memory, src_pad_mask) # (batch, tgt_len, d_model)
     logits = model.project(hidden)                      # (batch, tgt_len, vocab)
+
+Training does not build the logits: it passes `hidden` and `model.output_weight` to the
+chunked loss (`train/loss.py`, `train/validate.py: real_token_loss`).
 
 For incremental decoding, `cache = model.new_cache(src_pad_mask)` and pass `cache=` to
 `decode` with only the newest target token(s); the search reorders the cache.

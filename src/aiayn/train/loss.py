@@ -97,7 +97,7 @@ def projected_label_smoothed_loss(
         chunk_rows = max(1, budget // weight.size(0))
     if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
         return _ProjectedLoss.apply(hidden, weight, target, eps, chunk_rows)
-    smoothed, nll, _, _ = _projected_sums(hidden, weight, target, eps, chunk_rows, grads=False)
+    smoothed, nll, _, _ = _projected_sums(hidden, weight, target, eps, chunk_rows, (False, False))
     return smoothed, nll
 
 
@@ -107,32 +107,36 @@ class _ProjectedLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, target, eps, chunk_rows):  # type: ignore[override]
         smoothed, nll, grad_hidden, grad_weight = _projected_sums(
-            hidden, weight, target, eps, chunk_rows, grads=True
+            hidden, weight, target, eps, chunk_rows, ctx.needs_input_grad[:2]
         )
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.mark_non_differentiable(nll)
         return smoothed, nll
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # the saved gradients are constants
     def backward(ctx, grad_smoothed, _grad_nll):  # type: ignore[override]
-        grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_smoothed, grad_weight * grad_smoothed, None, None, None
+        grads = [None if g is None else g * grad_smoothed for g in ctx.saved_tensors]
+        return *grads, None, None, None
 
 
 @torch.no_grad()
 def _projected_sums(
-    hidden: Tensor, weight: Tensor, target: Tensor, eps: float, chunk_rows: int, grads: bool
-) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-    """Loss sums and, with `grads`, d(smoothed_sum)/d hidden and d/d weight, chunk by chunk."""
+    hidden: Tensor, weight: Tensor, target: Tensor, eps: float, chunk_rows: int,
+    grads: tuple[bool, bool],
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:  # fmt: skip
+    """Loss sums and d(smoothed_sum)/d hidden and d/d weight where `grads` asks for them
+    (None where not), chunk by chunk."""
     device = hidden.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
     acc = torch.promote_types(dtype, torch.float32)  # the loss's and gradients' dtype
     w = weight.to(dtype)  # (V, d_model), cast once rather than once per chunk
     n_classes = weight.size(0)
+    eps = eps if n_classes > 1 else 0.0  # one class: q = p = 1, as in `_row_losses`
     off = eps / (n_classes - 1) if n_classes > 1 else 0.0  # q(k) for k != y
     sums = torch.zeros(2, dtype=acc, device=hidden.device)  # smoothed, nll
-    grad_hidden = torch.empty_like(hidden) if grads else None
-    grad_weight = torch.zeros(weight.shape, dtype=acc, device=hidden.device) if grads else None
+    grad_hidden = torch.empty_like(hidden) if grads[0] else None
+    grad_weight = torch.zeros(weight.shape, dtype=acc, device=hidden.device) if grads[1] else None
     with torch.autocast(device, enabled=False):
         for start in range(0, hidden.size(0), chunk_rows):
             h = hidden[start : start + chunk_rows].to(dtype)  # (rows, d_model)
@@ -140,7 +144,7 @@ def _projected_sums(
             z = (h @ w.t()).to(acc)  # (rows, V) logits
             smoothed, nll, lse = _row_losses(z, y, eps)
             sums += torch.stack([smoothed.sum(), nll.sum()])
-            if not grads:
+            if not any(grads):
                 continue
             # d H(q, p) / d z = p - q: softmax, minus eps/(V-1) everywhere, minus the rest
             # of 1 - eps at the target. Written over z in place: z is not needed again.
@@ -149,13 +153,16 @@ def _projected_sums(
                 g.sub_(off)
             g[torch.arange(g.size(0), device=g.device), y] -= 1.0 - eps - off
             g = g.to(dtype)
-            grad_hidden[start : start + chunk_rows] = g @ w  # (rows, d_model)
+            if grad_hidden is not None:
+                grad_hidden[start : start + chunk_rows] = g @ w  # (rows, d_model)
+            if grad_weight is None:
+                continue
             if dtype == acc:
                 # (V, d_model), no temporary. (`addmm_` would do the same, but torch's
                 # FlopCounterMode, which the benchmarks use, does not count it.)
                 torch.addmm(grad_weight, g.t(), h, out=grad_weight)
             else:
                 grad_weight += (g.t() @ h).to(acc)
-    if grads:
+    if grad_weight is not None:
         grad_weight = grad_weight.to(weight.dtype)
     return sums[0], sums[1], grad_hidden, grad_weight
