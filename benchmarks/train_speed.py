@@ -4,9 +4,10 @@
         [--dtype float32|bfloat16] [--tokens 4000] [--vocab 8000] [--steps 8] [--compile [MODE]]
 
 One training step = forward, label-smoothed (0.1) cross-entropy over the real target tokens,
-backward, Adam (0.9, 0.98, 1e-9). The three systems are the same network (post-LN encoder-
-decoder, ReLU feed-forward, sinusoidal positions, embeddings x sqrt(d_model) tied to the
-output projection, dropout 0.1) with random weights, fed identical batches: synthetic pairs
+backward, Adam (0.9, 0.98, 1e-9; PyTorch's fused Adam for every system, as aiayn's trainer
+uses). The three systems are the same network (post-LN encoder-decoder, ReLU feed-forward,
+sinusoidal positions, embeddings x sqrt(d_model) tied to the output projection, dropout
+0.1) with random weights, fed identical batches: synthetic pairs
 of 10-44 tokens (mean ~27) grouped by length into batches of at most `--tokens` target
 tokens counting padding, as every toolkit batches for training. The steps of the systems
 are interleaved (one step each, in turn), so machine noise hits all of them alike.
@@ -128,7 +129,9 @@ def steppers(size: str, device: str, compile_mode: str | None, vocab: int = VOCA
     out = {}
     for name, model in models.items():
         model.to(device).train()
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        # Every system gets the same Adam: PyTorch's fused one, which aiayn's trainer uses.
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
+                                     fused=True)  # fmt: skip
         forward = forwards[name]
         if compile_mode:
             forward = torch.compile(forward, mode=compile_mode)

@@ -169,3 +169,40 @@ def test_disk_full_mid_run_stops_clearly_and_the_last_checkpoint_resumes(
     assert saved == ["step-000001", "step-000002"]  # step 3's temporary is gone too
     monkeypatch.setattr(checkpoint, "save_file", real)
     assert train(tiny_config(data, out, "train.max_steps=4"), resume=out).steps == 4
+
+
+def test_the_trainer_uses_fused_adam_and_resumes_a_per_parameter_adams_state():
+    """A checkpoint's optimizer state says what Adam has seen, not how to compute it: the
+    state of a per-parameter (unfused) Adam loads into the trainer's fused one, which then
+    takes the same step."""
+    from aiayn.config import TrainConfig
+    from aiayn.train.schedule import make_optimizer
+    from aiayn.train.state import optimizer_from_json, optimizer_to_json
+
+    torch.manual_seed(0)
+    start = [torch.randn(5, 3), torch.randn(7)]
+    grads = [[torch.randn_like(p) for p in start] for _ in range(3)]
+
+    def adam(params, fused):
+        return torch.optim.Adam(params, lr=1e-2, betas=(0.9, 0.98), eps=1e-9, fused=fused)
+
+    def step(optimizer, params, g):
+        for p, gp in zip(params, g):
+            p.grad = gp.clone()
+        optimizer.step()
+
+    plain = [p.clone().requires_grad_() for p in start]
+    plain_opt = adam(plain, fused=False)
+    for g in grads[:2]:
+        step(plain_opt, plain, g)
+    scalars, tensors = optimizer_to_json(plain_opt)
+    tensors = {name: t.clone() for name, t in tensors.items()}  # as if read from the file
+    resumed = [p.detach().clone().requires_grad_() for p in plain]
+    fused_opt = make_optimizer(resumed, TrainConfig())
+    assert fused_opt.param_groups[0]["fused"] is True
+    optimizer_from_json(fused_opt, scalars, tensors)
+    assert fused_opt.param_groups[0]["fused"] is True and fused_opt.param_groups[0]["lr"] == 1e-2
+    step(plain_opt, plain, grads[2])
+    step(fused_opt, resumed, grads[2])
+    for a, b in zip(resumed, plain):
+        torch.testing.assert_close(a, b)

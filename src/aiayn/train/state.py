@@ -75,6 +75,9 @@ def optimizer_to_json(optimizer: torch.optim.Optimizer, prefix: str = "optim") -
     return {"state": state, "param_groups": groups}, tensors
 
 
+IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")
+
+
 def optimizer_from_json(
     optimizer: torch.optim.Optimizer, scalars: dict[str, Any], tensors: dict[str, torch.Tensor]
 ) -> None:
@@ -86,9 +89,14 @@ def optimizer_from_json(
             for key, value in values.items()
         }
     groups = [dict(group) for group in scalars["param_groups"]]
-    for group in groups:
+    for group, own in zip(groups, optimizer.param_groups):
         if "betas" in group:
             group["betas"] = tuple(group["betas"])
+        # How to compute the update is this optimizer's choice, not the checkpoint's: a
+        # checkpoint from a per-parameter Adam resumes with the fused one, and vice versa.
+        for key in IMPLEMENTATION_KEYS:
+            if key in own:
+                group[key] = own[key]
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
