@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from aiayn.config import ModelConfig
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.cache import LayerCache
+from aiayn.model.dropout import Dropout
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -21,7 +22,7 @@ class PositionwiseFeedForward(nn.Module):
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
-        self.dropout = nn.Dropout(p_drop_ffn)  # not in the paper; 0 by default
+        self.dropout = Dropout(p_drop_ffn)  # not in the paper; 0 by default
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w_2(self.dropout(torch.relu(self.w_1(x))))  # (batch, len, d_model)
@@ -97,7 +98,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, p_drop: float, pre_norm: bool, eps: float) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = nn.Dropout(p_drop)  # residual dropout (sec. 5.4)
+        self.dropout = Dropout(p_drop)  # residual dropout (sec. 5.4)
         self.pre_norm = pre_norm
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:

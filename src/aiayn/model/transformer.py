@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
 from aiayn.model.cache import KVCache, LayerCache
+from aiayn.model.dropout import Dropout
 from aiayn.model.layers import DecoderLayer, Embedding, EncoderLayer, PositionalEncoding
 
 
@@ -34,7 +35,7 @@ class Transformer(nn.Module):
         if not c.tie_embeddings:
             self.out_proj = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.positional = PositionalEncoding(c.d_model, c.max_len, c.positional == "learned")
-        self.embed_dropout = nn.Dropout(c.p_drop)  # on embeddings + positions (sec. 5.4)
+        self.embed_dropout = Dropout(c.p_drop)  # on embeddings + positions (sec. 5.4)
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_layers))
         # Pre-LN leaves the stack's output un-normalised, so it needs a final LayerNorm;

@@ -1,0 +1,80 @@
+"""Dropout (sec. 5.4): nn.Dropout's function, with a mask of 32 random bits per element on CPUs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from aiayn.model.dropout import Dropout, keep_mask
+
+
+def _binomial_tolerance(n: int, p: float) -> float:
+    return 6 * math.sqrt(p * (1 - p) / n)  # six standard deviations of a sample mean
+
+
+@pytest.mark.parametrize("p", [0.1, 0.6])
+def test_keep_fraction_is_one_minus_p_at_even_and_odd_positions(p: float) -> None:
+    # Each int64 of random bits gives two int32 samples, at even and odd positions. Were its
+    # sign bit not random (plain `random_()`), the odd positions would keep a different
+    # fraction though the mean over both might not show it.
+    torch.manual_seed(0)
+    keep = keep_mask(torch.Size([400_000]), p).double()
+    tol = _binomial_tolerance(200_000, p)
+    assert keep[0::2].mean().item() == pytest.approx(1 - p, abs=tol)
+    assert keep[1::2].mean().item() == pytest.approx(1 - p, abs=tol)
+
+
+def test_training_output_is_zero_or_the_input_scaled_by_one_over_keep() -> None:
+    torch.manual_seed(1)
+    x = torch.rand(64, 32) + 0.5  # no zeros, so a zero output means dropped
+    out = Dropout(0.25).train()(x)
+    kept = out != 0
+    torch.testing.assert_close(out[kept], x[kept] / 0.75, rtol=0, atol=1e-6)
+    assert 0 < kept.sum() < x.numel()
+
+
+def test_gradient_is_the_mask_times_the_scale() -> None:
+    torch.manual_seed(2)
+    x = (torch.rand(16, 8) + 0.5).requires_grad_()
+    g = torch.randn(16, 8)
+    out = Dropout(0.3).train()(x)
+    (out * g).sum().backward()
+    kept = (out != 0).float()
+    torch.testing.assert_close(x.grad, g * kept / 0.7)
+
+
+def test_the_same_seed_gives_the_same_mask_and_later_calls_differ() -> None:
+    x, drop = torch.ones(1000), Dropout(0.5).train()
+    torch.manual_seed(3)
+    first, second = drop(x), drop(x)
+    torch.manual_seed(3)
+    assert torch.equal(drop(x), first)
+    assert not torch.equal(first, second)
+
+
+def test_evaluation_and_p_zero_are_the_identity() -> None:
+    x = torch.randn(5, 4)
+    assert Dropout(0.5).eval()(x) is x
+    assert Dropout(0.0).train()(x) is x
+
+
+def test_p_one_drops_everything_without_nan() -> None:
+    x = torch.randn(5, 4, requires_grad=True)
+    out = Dropout(1.0).train()(x)
+    out.sum().backward()
+    assert torch.equal(out, torch.zeros_like(out))
+    assert torch.equal(x.grad, torch.zeros_like(x))
+
+
+def test_keeps_the_input_dtype_and_shape() -> None:
+    x = torch.randn(3, 5, 7, dtype=torch.bfloat16)
+    out = Dropout(0.1).train()(x)
+    assert out.dtype == torch.bfloat16 and out.shape == x.shape
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.5])
+def test_rejects_a_probability_outside_zero_one(p: float) -> None:
+    with pytest.raises(ValueError, match="dropout probability"):
+        Dropout(p)
