@@ -34,21 +34,19 @@ CPU_CHUNK_ELEMENTS = 1 << 22
 GPU_CHUNK_ELEMENTS = 1 << 28
 
 
-def _row_losses(z: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    """(smoothed, nll, lse) per row of logits z: (n, V) float32 or float64, target: (n,).
+def _row_losses(log_p: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    """(smoothed, nll) per row of log-probabilities log_p: (n, V) float32 or float64;
+    target: (n,).
 
-    With lse = log sum_k exp z_k, log p_k = z_k - lse, so
-        nll = lse - z_y,   sum_k -log p_k = V lse - sum_k z_k,
-    and -sum_k q(k) log p(k) = (1 - eps) nll + eps / (V - 1) (sum over k != y of -log p_k).
-    Log-probabilities in z give lse = 0 and the same formula.
+    nll = -log p(y), and -sum_k q(k) log p(k) = (1 - eps) nll + eps / (V - 1) * (the sum
+    over k != y of -log p(k)).
     """
-    n_classes = z.size(-1)
-    lse = z.logsumexp(dim=-1)  # (n,)
-    nll = lse - z.gather(1, target[:, None]).squeeze(1)  # (n,)  -log p(y)
+    n_classes = log_p.size(-1)
+    nll = -log_p.gather(1, target[:, None]).squeeze(1)  # (n,)
     if eps == 0.0 or n_classes == 1:
-        return nll, nll, lse
-    others = n_classes * lse - z.sum(dim=-1) - nll  # (n,)  sum over k != y of -log p_k
-    return (1.0 - eps) * nll + (eps / (n_classes - 1)) * others, nll, lse
+        return nll, nll
+    others = -log_p.sum(dim=-1) - nll  # (n,)  sum over k != y of -log p_k
+    return (1.0 - eps) * nll + (eps / (n_classes - 1)) * others, nll
 
 
 def label_smoothed_loss(
@@ -67,7 +65,7 @@ def label_smoothed_loss(
     if pad_id is not None:
         keep = target.ne(pad_id)
         z, target = z[keep], target[keep]
-    smoothed, nll, _ = _row_losses(z, target, eps)
+    smoothed, nll = _row_losses(z.log_softmax(dim=-1), target, eps)
     return smoothed.sum(), nll.sum()
 
 
@@ -126,31 +124,40 @@ def _projected_sums(
     grads: tuple[bool, bool],
 ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:  # fmt: skip
     """Loss sums and d(smoothed_sum)/d hidden and d/d weight where `grads` asks for them
-    (None where not), chunk by chunk."""
+    (None where not), chunk by chunk.
+
+    d H(q, p) / d z = p - q, with q = off everywhere plus c = 1 - eps - off at the target.
+    The chunk's gradient is p with c taken from its target entries (one entry per row);
+    the uniform -off is not subtracted from every logit but applied once to the products:
+    (p - off) @ W = p @ W - off * sum_k W_k, and (p - off)^T H = p^T H - off * sum_rows H.
+    That saves a pass over the logits.
+    """
     device = hidden.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
     acc = torch.promote_types(dtype, torch.float32)  # the loss's and gradients' dtype
     w = weight.to(dtype)  # (V, d_model), cast once rather than once per chunk
-    n_classes = weight.size(0)
+    n_rows, n_classes = hidden.size(0), weight.size(0)
     eps = eps if n_classes > 1 else 0.0  # one class: q = p = 1, as in `_row_losses`
     off = eps / (n_classes - 1) if n_classes > 1 else 0.0  # q(k) for k != y
     sums = torch.zeros(2, dtype=acc, device=hidden.device)  # smoothed, nll
     grad_hidden = torch.empty_like(hidden) if grads[0] else None
     grad_weight = torch.zeros(weight.shape, dtype=acc, device=hidden.device) if grads[1] else None
+    # One logits buffer and one log-probabilities buffer for every chunk (not a fresh
+    # allocation, and its page faults, per chunk).
+    rows = min(chunk_rows, n_rows)
+    z_buf = hidden.new_empty((rows, n_classes), dtype=dtype)
+    log_p_buf = hidden.new_empty((rows, n_classes), dtype=acc)
     with torch.autocast(device, enabled=False):
-        for start in range(0, hidden.size(0), chunk_rows):
+        for start in range(0, n_rows, chunk_rows):
             h = hidden[start : start + chunk_rows].to(dtype)  # (rows, d_model)
             y = target[start : start + chunk_rows]  # (rows,)
-            z = (h @ w.t()).to(acc)  # (rows, V) logits
-            smoothed, nll, lse = _row_losses(z, y, eps)
+            z = torch.mm(h, w.t(), out=z_buf[: h.size(0)])  # (rows, V) logits
+            log_p = torch.log_softmax(z, -1, dtype=acc, out=log_p_buf[: h.size(0)])  # (rows, V)
+            smoothed, nll = _row_losses(log_p, y, eps)
             sums += torch.stack([smoothed.sum(), nll.sum()])
             if not any(grads):
                 continue
-            # d H(q, p) / d z = p - q: softmax, minus eps/(V-1) everywhere, minus the rest
-            # of 1 - eps at the target. Written over z in place: z is not needed again.
-            g = z.sub_(lse[:, None]).exp_()  # (rows, V) p
-            if off:
-                g.sub_(off)
+            g = log_p.exp_()  # (rows, V) p, over log_p in place: it is not needed again
             g[torch.arange(g.size(0), device=g.device), y] -= 1.0 - eps - off
             g = g.to(dtype)
             if grad_hidden is not None:
@@ -163,6 +170,10 @@ def _projected_sums(
                 torch.addmm(grad_weight, g.t(), h, out=grad_weight)
             else:
                 grad_weight += (g.t() @ h).to(acc)
+    if off and grad_hidden is not None:
+        grad_hidden -= (off * w.sum(dim=0, dtype=acc)).to(grad_hidden.dtype)  # (d_model,)
     if grad_weight is not None:
+        if off:
+            grad_weight -= off * hidden.to(dtype).sum(dim=0, dtype=acc)  # (d_model,)
         grad_weight = grad_weight.to(weight.dtype)
     return sums[0], sums[1], grad_hidden, grad_weight
