@@ -46,8 +46,15 @@ def _check_exportable(model: Transformer) -> None:
 
 
 # --- CTranslate2 ------------------------------------------------------------------------
+def _bias(linear: torch.nn.Linear) -> torch.Tensor:
+    """The bias, zeros where aiayn has none (its attention, by default, as in the paper)."""
+    return linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
+
+
 def _ct2_linear(spec, linear: torch.nn.Linear) -> None:
-    spec.weight, spec.bias = _np(linear.weight), _np(linear.bias)  # (out, in), (out,)
+    spec.weight = _np(linear.weight)  # (out, in)
+    if linear.bias is not None:  # CTranslate2's bias is optional: none where aiayn has none
+        spec.bias = _np(linear.bias)  # (out,)
 
 
 def _ct2_norm(spec, norm: torch.nn.LayerNorm) -> None:
@@ -130,11 +137,11 @@ def _hf_attention(theirs, w_q, w_k, w_v, w_o) -> None:
 
 def _rows(linear: torch.nn.Linear, parts: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """A fused projection's weight and bias split into `parts` equal row blocks."""
-    return list(zip(linear.weight.chunk(parts), linear.bias.chunk(parts)))
+    return list(zip(linear.weight.chunk(parts), _bias(linear).chunk(parts)))
 
 
 def _pair(linear: torch.nn.Linear) -> tuple[torch.Tensor, torch.Tensor]:
-    return linear.weight, linear.bias
+    return linear.weight, _bias(linear)
 
 
 def _hf_ffn_and_norms(theirs, ours, norms: dict[str, torch.nn.LayerNorm]) -> None:

@@ -12,6 +12,10 @@ of 10-44 tokens (mean ~27) grouped by length into batches of at most `--tokens` 
 tokens counting padding, as every toolkit batches for training. The steps of the systems
 are interleaved (one step each, in turn), so machine noise hits all of them alike.
 
+aiayn's attention projections have no biases, as in the paper (sec. 3.2.2); the peers'
+have. A fourth system, `aiayn_attention_bias` (`ModelConfig.attention_bias=True`), is aiayn
+with them, so the run also shows how much of the difference the biases make.
+
 Prints one JSON object: per system the median target tokens/s over the timed steps; the
 ratios aiayn / peer; and aiayn's model FLOPs utilisation: matrix-multiply FLOPs per token
 (counted by torch's FlopCounterMode on aiayn's own steps) x tokens/s, against the matmul
@@ -21,6 +25,7 @@ peak measured in the same run (and, on an H100, against its 989 TFLOP/s bf16 dat
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import platform
@@ -108,6 +113,10 @@ def peer_loss(logits, batch) -> torch.Tensor:
     )  # fmt: skip
 
 
+def aiayn_loss(model: Transformer, b) -> torch.Tensor:
+    return real_token_loss(model, b.src, b.tgt_in, b.positions, b.target, EPS_LS)[0]
+
+
 def steppers(size: str, device: str, compile_mode: str | None, vocab: int = VOCAB) -> dict:
     """name -> (model, one training step on a batch)."""
     d_model, heads, d_ff, layers = SIZES[size]
@@ -115,12 +124,13 @@ def steppers(size: str, device: str, compile_mode: str | None, vocab: int = VOCA
                          n_layers=layers, p_drop=P_DROP)  # fmt: skip
     models = {
         "aiayn": Transformer(config),
+        "aiayn_attention_bias": Transformer(dataclasses.replace(config, attention_bias=True)),
         "torch_nn_transformer": TorchPeer(d_model, heads, d_ff, layers, vocab),
         "hf_marian": marian_peer(d_model, heads, d_ff, layers, vocab),
     }
     forwards = {
-        "aiayn": lambda m, b: real_token_loss(m, b.src, b.tgt_in, b.positions, b.target,
-                                              EPS_LS)[0],
+        "aiayn": aiayn_loss,
+        "aiayn_attention_bias": aiayn_loss,
         "torch_nn_transformer": lambda m, b: peer_loss(m(b.src, b.tgt_in), b),
         "hf_marian": lambda m, b: peer_loss(m(
             input_ids=b.src, attention_mask=b.src.ne(PAD_ID), decoder_input_ids=b.tgt_in,
@@ -203,6 +213,9 @@ def bench_size(size: str, args, dtype: torch.dtype) -> dict:
         "tokens_per_s_median": median,
         "ratio_aiayn_over_hf_marian": round(median["aiayn"] / median["hf_marian"], 3),
         "ratio_aiayn_over_torch": round(median["aiayn"] / median["torch_nn_transformer"], 3),
+        "ratio_aiayn_attention_bias_over_hf_marian": round(
+            median["aiayn_attention_bias"] / median["hf_marian"], 3
+        ),
         "aiayn_flops_per_token": round(flops / flop_tokens),
         "aiayn_flops_per_s": median["aiayn"] * flops / flop_tokens,
         "target_tokens_per_batch_mean": round(real / len(batches)),

@@ -83,6 +83,26 @@ def test_other_architecture_is_a_clear_error(tmp_path, vocab):
         load_checkpoint(path)
 
 
+def test_attention_has_no_biases_unless_configured_and_either_round_trips(tmp_path, vocab):
+    for attention_bias in (False, True):
+        path, model, _ = _saved(tmp_path / str(attention_bias), vocab, attention_bias=attention_bias)
+        has_bias = {n for n in model_weights(model) if "_attn.w_" in n and n.endswith(".bias")}
+        assert bool(has_bias) == attention_bias
+        assert set(model_weights(load_checkpoint(path).model)) == set(model_weights(model))
+
+
+def test_a_config_saved_before_attention_bias_existed_loads_with_biases(tmp_path, vocab):
+    # Checkpoints list every config key; older ones lack `attention_bias` and had biases.
+    path, model, _ = _saved(tmp_path, vocab, attention_bias=True)
+    config_file = path / checkpoint.CONFIG
+    lines = config_file.read_text("utf-8").splitlines(keepends=True)
+    config_file.write_text("".join(x for x in lines if "attention_bias" not in x), "utf-8")
+    loaded = load_checkpoint(path)
+    assert loaded.config.model.attention_bias
+    for name, tensor in model_weights(model).items():
+        torch.testing.assert_close(model_weights(loaded.model)[name], tensor, rtol=0, atol=0)
+
+
 def test_missing_vocabulary_is_a_clear_error(tmp_path, vocab):
     path, _, _ = _saved(tmp_path, vocab)
     (path / SHARED_VOCAB).unlink()

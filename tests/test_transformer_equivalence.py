@@ -15,19 +15,24 @@ from aiayn.model.transformer import Transformer
 from conftest import tiny_model_config
 
 
+def _bias(linear: nn.Linear) -> torch.Tensor:
+    # The paper's attention projections have no biases (our default); PyTorch's always do.
+    return linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
+
+
 def _copy_self_attention(peer: nn.MultiheadAttention, ours) -> None:
     # nn.MultiheadAttention stacks [W_q; W_k; W_v] exactly as our fused projection does.
     peer.in_proj_weight.copy_(ours.w_qkv.weight)
-    peer.in_proj_bias.copy_(ours.w_qkv.bias)
+    peer.in_proj_bias.copy_(_bias(ours.w_qkv))
     peer.out_proj.weight.copy_(ours.w_o.weight)
-    peer.out_proj.bias.copy_(ours.w_o.bias)
+    peer.out_proj.bias.copy_(_bias(ours.w_o))
 
 
 def _copy_cross_attention(peer: nn.MultiheadAttention, ours) -> None:
     peer.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_kv.weight]))
-    peer.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_kv.bias]))
+    peer.in_proj_bias.copy_(torch.cat([_bias(ours.w_q), _bias(ours.w_kv)]))
     peer.out_proj.weight.copy_(ours.w_o.weight)
-    peer.out_proj.bias.copy_(ours.w_o.bias)
+    peer.out_proj.bias.copy_(_bias(ours.w_o))
 
 
 def _copy_ffn_and_norms(peer, ours, norms) -> None:
@@ -70,10 +75,10 @@ def _paper_inputs(tokens, weight, d_model):
     return weight[tokens] * math.sqrt(d_model) + pe
 
 
-@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize(("norm", "attention_bias"), [("post", False), ("pre", False), ("post", True)])
 @torch.no_grad()
-def test_matches_pytorch_layer_stacks_with_padding(norm):
-    config = tiny_model_config(norm=norm, n_layers=3)
+def test_matches_pytorch_layer_stacks_with_padding(norm, attention_bias):
+    config = tiny_model_config(norm=norm, n_layers=3, attention_bias=attention_bias)
     model = Transformer(config).double().eval()
     for p in model.parameters():  # non-trivial LayerNorm and bias values too
         p.add_(0.1 * torch.randn_like(p))

@@ -167,8 +167,12 @@ def read_meta(path: Path) -> dict[str, Any]:
 
 
 def read_config(path: Path) -> Config:
+    """The checkpoint's config. A checkpoint config lists every key; one without
+    `model.attention_bias` was saved before that key existed, when attention had biases."""
     try:
         data = yaml.safe_load((path / CONFIG).read_text("utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("model"), dict):
+            data["model"].setdefault("attention_bias", True)
         return from_dict(data or {}, where=str(path / CONFIG))
     except FileNotFoundError:
         raise CheckpointError(f"{path}: {CONFIG} is missing") from None

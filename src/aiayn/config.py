@@ -52,6 +52,9 @@ class ModelConfig:
     norm: Literal["post", "pre"] = "post"
     ln_eps: float = 1e-6  # not in the paper; tensor2tensor's value
     tie_embeddings: bool = True  # sec. 3.4: target embedding = pre-softmax projection
+    # Sec. 3.2.2's projections W^Q, W^K, W^V, W^O are matrices without biases (so are
+    # tensor2tensor's); fairseq, Marian and nn.Transformer add biases. True adds them.
+    attention_bias: bool = False
     pad_id: int = 0
 
     def __post_init__(self) -> None:

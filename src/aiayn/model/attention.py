@@ -60,20 +60,22 @@ class MultiHeadAttention(nn.Module):
     Self-attention uses one fused projection for Q, K and V (one matmul instead of three);
     encoder-decoder attention projects queries from the decoder and fuses K and V from the
     encoder output. The weights are those of the paper's W^Q_i, W^K_i, W^V_i stacked by head.
+    Like the paper's matrices they have no biases unless `bias` (`ModelConfig.attention_bias`).
     """
 
     def __init__(
-        self, d_model: int, n_heads: int, d_k: int, d_v: int, p_drop_attn: float, cross: bool
-    ) -> None:
+        self, d_model: int, n_heads: int, d_k: int, d_v: int, p_drop_attn: float, cross: bool,
+        bias: bool = False,
+    ) -> None:  # fmt: skip
         super().__init__()
         self.n_heads, self.d_k, self.d_v, self.cross = n_heads, d_k, d_v, cross
         self.p_drop_attn = p_drop_attn
         if cross:
-            self.w_q = nn.Linear(d_model, n_heads * d_k)
-            self.w_kv = nn.Linear(d_model, n_heads * (d_k + d_v))
+            self.w_q = nn.Linear(d_model, n_heads * d_k, bias=bias)
+            self.w_kv = nn.Linear(d_model, n_heads * (d_k + d_v), bias=bias)
         else:
-            self.w_qkv = nn.Linear(d_model, n_heads * (2 * d_k + d_v))
-        self.w_o = nn.Linear(n_heads * d_v, d_model)
+            self.w_qkv = nn.Linear(d_model, n_heads * (2 * d_k + d_v), bias=bias)
+        self.w_o = nn.Linear(n_heads * d_v, d_model, bias=bias)
 
     def _heads(self, x: Tensor, dim: int) -> Tensor:
         # (batch, len, heads * dim) -> (batch, heads, len, dim)

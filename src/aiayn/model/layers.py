@@ -109,7 +109,9 @@ class Residual(nn.Module):
 
 def _attention(config: ModelConfig, cross: bool) -> MultiHeadAttention:
     c = config
-    return MultiHeadAttention(c.d_model, c.n_heads, c.key_dim, c.value_dim, c.p_drop_attn, cross)
+    return MultiHeadAttention(
+        c.d_model, c.n_heads, c.key_dim, c.value_dim, c.p_drop_attn, cross, c.attention_bias
+    )
 
 
 def _residual(config: ModelConfig) -> Residual:
