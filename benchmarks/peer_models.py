@@ -7,7 +7,8 @@ and `opennmt_py.py`: post-LN layer norms after each sub-layer; fused self-attent
 [q; k; v]; encoder-decoder attention `linear[0]` = queries, `linear[1]` = fused [k; v]).
 Both peers get aiayn's interleaved sinusoid table (sec. 3.5) in place of their own
 (CTranslate2's default and Marian's are concatenated sin | cos halves) and aiayn's
-LayerNorm epsilon.
+LayerNorm epsilon. aiayn's attention projections have no biases by default (as in the
+paper): CTranslate2 gets none there (its biases are optional), MarianMT zeros.
 """
 
 from __future__ import annotations
