@@ -103,6 +103,15 @@ def test_a_config_saved_before_attention_bias_existed_loads_with_biases(tmp_path
         torch.testing.assert_close(model_weights(loaded.model)[name], tensor, rtol=0, atol=0)
 
 
+def test_biased_weights_under_a_bias_free_config_name_the_option(tmp_path, vocab):
+    path, _, _ = _saved(tmp_path, vocab, attention_bias=True)
+    config_file = path / checkpoint.CONFIG
+    text = config_file.read_text("utf-8").replace("attention_bias: true", "attention_bias: false")
+    config_file.write_text(text, "utf-8")
+    with pytest.raises(CheckpointError, match="set model.attention_bias: true"):
+        load_checkpoint(path)
+
+
 def test_missing_vocabulary_is_a_clear_error(tmp_path, vocab):
     path, _, _ = _saved(tmp_path, vocab)
     (path / SHARED_VOCAB).unlink()

@@ -78,3 +78,27 @@ def test_keeps_the_input_dtype_and_shape() -> None:
 def test_rejects_a_probability_outside_zero_one(p: float) -> None:
     with pytest.raises(ValueError, match="dropout probability"):
         Dropout(p)
+
+
+def test_empty_and_non_contiguous_inputs() -> None:
+    drop = Dropout(0.5).train()
+    assert drop(torch.empty(0, 4)).shape == (0, 4)
+    torch.manual_seed(5)
+    x = (torch.rand(6, 9) + 0.5).t()  # a transposed view
+    out = drop(x)
+    kept = out != 0
+    torch.testing.assert_close(out[kept], x[kept] * 2.0)
+
+
+def test_the_mask_is_made_on_the_inputs_device_whatever_the_default() -> None:
+    # Under another default device (e.g. `with torch.device("meta")`, as parameter counts are
+    # taken), a CPU input still gets a CPU mask.
+    x = torch.ones(10)
+    with torch.device("meta"):
+        out = Dropout(0.5).train()(x)
+    assert out.device.type == "cpu"
+
+
+def test_other_devices_use_pytorchs_dropout() -> None:
+    out = Dropout(0.5).train()(torch.ones(10, device="meta"))  # meta: no data, F.dropout's path
+    assert out.device.type == "meta" and out.shape == (10,)

@@ -206,3 +206,12 @@ def test_the_trainer_uses_fused_adam_and_resumes_a_per_parameter_adams_state():
     step(fused_opt, resumed, grads[2])
     for a, b in zip(resumed, plain):
         torch.testing.assert_close(a, b)
+
+
+def test_resuming_a_biased_run_without_its_option_names_the_option(data, tmp_path):
+    # Runs started before `attention_bias` existed had attention biases; their recipe, run
+    # again with --resume, now builds a bias-free model: the error says what to add.
+    first = train(tiny_config(data, tmp_path / "run", "model.attention_bias=true",
+                              "train.max_steps=2"))  # fmt: skip
+    with pytest.raises(checkpoint.CheckpointError, match="add model.attention_bias=true"):
+        train(tiny_config(data, tmp_path / "run", "train.max_steps=4"), resume=first.final_checkpoint)

@@ -226,6 +226,8 @@ def load_weights_into(model: Transformer, weights: dict[str, torch.Tensor], wher
             problems.append(f"missing {', '.join(missing[:5])}")
         if unexpected:
             problems.append(f"unexpected {', '.join(unexpected[:5])}")
+            if any("_attn.w_" in k and k.endswith(".bias") for k in unexpected):
+                problems.append("attention biases: set model.attention_bias: true in its config")
         if shapes:
             problems.append(f"shape mismatch {'; '.join(shapes[:5])}")
         raise CheckpointError(

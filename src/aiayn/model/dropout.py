@@ -13,7 +13,9 @@ trainer's saved RNG state govern it as before) with `random_` over the full int6
 which is ~4x cheaper, and one integer comparison. An element survives when its bits, read
 as a signed int32 b, satisfy b >= -2^31 + round(p * 2^32), so its drop probability is
 round(p * 2^32) / 2^32: p to within 2^-33, the resolution of a 32-bit uniform sample.
-The mask is kept as bools (1 byte per element, not a 4-byte float noise tensor).
+The mask is kept as bools (1 byte per element, not a 4-byte float noise tensor). It uses
+the random stream differently from `bernoulli_`, so a run resumed across this change does
+not retrace the masks the old code would have drawn.
 
 On other devices `F.dropout` is used: a GPU draws its mask in a fused kernel.
 """
@@ -45,15 +47,15 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
-def keep_mask(shape: torch.Size, p: float) -> Tensor:
+def keep_mask(shape: torch.Size, p: float, device: torch.device | str = "cpu") -> Tensor:
     """Bool mask, True with probability 1 - round(p * 2^32) / 2^32, from 32 bits per element."""
     threshold = -(2**31) + round(p * 2**32)
     if threshold > 2**31 - 1:  # p (rounded) is 1: nothing survives
-        return torch.zeros(shape, dtype=torch.bool)
+        return torch.zeros(shape, dtype=torch.bool, device=device)
     n = shape.numel()
     # random_(-2**63, None) fills every one of an int64's 64 bits (plain random_() leaves the
     # sign bit 0); each int64 is read as two int32 samples.
-    bits = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-(2**63), None)
+    bits = torch.empty((n + 1) // 2, dtype=torch.int64, device=device).random_(-(2**63), None)
     bits = bits.view(torch.int32)[:n].view(shape)  # uniform over [-2^31, 2^31)
     return bits >= threshold
 
@@ -61,7 +63,7 @@ def keep_mask(shape: torch.Size, p: float) -> Tensor:
 class _CpuDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, p: float) -> Tensor:  # type: ignore[override]
-        keep = keep_mask(x.shape, p)
+        keep = keep_mask(x.shape, p, x.device)
         scale = 1.0 / (1.0 - p) if p < 1.0 else 0.0
         ctx.save_for_backward(keep)
         ctx.scale = scale

@@ -127,10 +127,12 @@ def _projected_sums(
     (None where not), chunk by chunk.
 
     d H(q, p) / d z = p - q, with q = off everywhere plus c = 1 - eps - off at the target.
-    The chunk's gradient is p with c taken from its target entries (one entry per row);
-    the uniform -off is not subtracted from every logit but applied once to the products:
-    (p - off) @ W = p @ W - off * sum_k W_k, and (p - off)^T H = p^T H - off * sum_rows H.
-    That saves a pass over the logits.
+    The chunk's gradient is p with c taken from its target entries (one entry per row).
+    In float32 / float64 the uniform -off is not subtracted from every logit but applied
+    once to the products: (p - off) @ W = p @ W - off * sum_k W_k, and (p - off)^T H =
+    p^T H - off * sum_rows H, which saves a pass over the logits. Under autocast it is
+    subtracted while p - q is rounded to the autocast dtype (the pass that rounding makes
+    anyway): a low-precision p @ W would lose the small difference to the rank-one term.
     """
     device = hidden.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
@@ -147,6 +149,7 @@ def _projected_sums(
     rows = min(chunk_rows, n_rows)
     z_buf = hidden.new_empty((rows, n_classes), dtype=dtype)
     log_p_buf = hidden.new_empty((rows, n_classes), dtype=acc)
+    rank_one = dtype == acc and off != 0.0  # else -off goes into the rounding to dtype
     with torch.autocast(device, enabled=False):
         for start in range(0, n_rows, chunk_rows):
             h = hidden[start : start + chunk_rows].to(dtype)  # (rows, d_model)
@@ -159,7 +162,8 @@ def _projected_sums(
                 continue
             g = log_p.exp_()  # (rows, V) p, over log_p in place: it is not needed again
             g[torch.arange(g.size(0), device=g.device), y] -= 1.0 - eps - off
-            g = g.to(dtype)
+            if dtype != acc:  # p - q rounded to dtype, into the spent logits buffer
+                g = torch.sub(g, off, out=z_buf[: g.size(0)])
             if grad_hidden is not None:
                 grad_hidden[start : start + chunk_rows] = g @ w  # (rows, d_model)
             if grad_weight is None:
@@ -170,10 +174,10 @@ def _projected_sums(
                 torch.addmm(grad_weight, g.t(), h, out=grad_weight)
             else:
                 grad_weight += (g.t() @ h).to(acc)
-    if off and grad_hidden is not None:
-        grad_hidden -= (off * w.sum(dim=0, dtype=acc)).to(grad_hidden.dtype)  # (d_model,)
+    if rank_one and grad_hidden is not None:
+        grad_hidden -= off * w.sum(dim=0)  # (d_model,)
     if grad_weight is not None:
-        if off:
-            grad_weight -= off * hidden.to(dtype).sum(dim=0, dtype=acc)  # (d_model,)
+        if rank_one:
+            grad_weight -= off * hidden.sum(dim=0)  # (d_model,)
         grad_weight = grad_weight.to(weight.dtype)
     return sums[0], sums[1], grad_hidden, grad_weight

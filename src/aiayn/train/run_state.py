@@ -198,7 +198,13 @@ def _check_compatible(trainer: Trainer, path: Path, state: dict) -> None:
         ours, theirs = dataclasses.asdict(trainer.config.model), dataclasses.asdict(saved.model)
         diff = [f"model.{k}: {theirs[k]} in the checkpoint, {ours[k]} now" for k in ours
                 if ours[k] != theirs[k]]  # fmt: skip
-        raise CheckpointError(f"{path}: a different architecture ({'; '.join(diff)})")
+        hint = (
+            "; a run started before attention_bias existed had biases: add "
+            "model.attention_bias=true to resume it"
+            if "attention_bias" in "".join(diff) and saved.model.attention_bias
+            else ""
+        )
+        raise CheckpointError(f"{path}: a different architecture ({'; '.join(diff)}){hint}")
     src, tgt = read_vocabs(path, saved)
     if (src.sha256, tgt.sha256) != (trainer.data.src_vocab.sha256, trainer.data.tgt_vocab.sha256):
         raise CheckpointError(
