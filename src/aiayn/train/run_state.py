@@ -201,7 +201,7 @@ def _check_compatible(trainer: Trainer, path: Path, state: dict) -> None:
         hint = (
             "; a run started before attention_bias existed had biases: add "
             "model.attention_bias=true to resume it"
-            if "attention_bias" in "".join(diff) and saved.model.attention_bias
+            if saved.model.attention_bias and not trainer.config.model.attention_bias
             else ""
         )
         raise CheckpointError(f"{path}: a different architecture ({'; '.join(diff)}){hint}")
