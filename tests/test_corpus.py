@@ -201,6 +201,10 @@ def test_any_unicode_text_reads_back_one_line_per_line(
     final = final or lines[-1] == ""  # without it a last empty line is no line at all
     path = write(scratch / "any.en", (ending.join(lines) + ending * final).encode())
     expected = [line.removesuffix("\r") if not crlf else line for line in lines]
+    if crlf and not final:
+        # An unterminated last line is read as in a LF file: a trailing CR counts as its
+        # ending (the bytes "x\r" cannot tell the two kinds of file apart).
+        expected[-1] = expected[-1].removesuffix("\r")
     expected[0] = expected[0].removeprefix("\ufeff")  # a BOM opening the file is dropped
     assert list(read_lines(path)) == expected
 
