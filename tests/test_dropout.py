@@ -1,4 +1,4 @@
-"""Dropout (sec. 5.4): nn.Dropout's function, with a mask of 32 random bits per element on CPUs."""
+"""Dropout (sec. 5.4): nn.Dropout's function, with a mask of 16 random bits per element on CPUs."""
 
 from __future__ import annotations
 
@@ -15,15 +15,26 @@ def _binomial_tolerance(n: int, p: float) -> float:
 
 
 @pytest.mark.parametrize("p", [0.1, 0.6])
-def test_keep_fraction_is_one_minus_p_at_even_and_odd_positions(p: float) -> None:
-    # Each int64 of random bits gives two int32 samples, at even and odd positions. Were its
-    # sign bit not random (plain `random_()`), the odd positions would keep a different
-    # fraction though the mean over both might not show it.
+def test_keep_fraction_is_one_minus_p_at_each_of_the_four_positions_of_a_draw(p: float) -> None:
+    # Each int64 of random bits gives four int16 samples, at positions 4i .. 4i + 3. Were its
+    # sign bit not random (plain `random_()`), the last of them would keep a different
+    # fraction though the mean over all four might not show it.
     torch.manual_seed(0)
-    keep = keep_mask(torch.Size([400_000]), p).double()
+    keep = keep_mask(torch.Size([800_000]), p).double()
     tol = _binomial_tolerance(200_000, p)
-    assert keep[0::2].mean().item() == pytest.approx(1 - p, abs=tol)
-    assert keep[1::2].mean().item() == pytest.approx(1 - p, abs=tol)
+    for position in range(4):
+        assert keep[position::4].mean().item() == pytest.approx(1 - p, abs=tol)
+
+
+def test_drop_probability_is_p_rounded_to_a_multiple_of_two_to_the_minus_16() -> None:
+    # The documented resolution: below 2^-17, p rounds to 0 and nothing is dropped; within
+    # 2^-17 of 1 it rounds to 1 and nothing survives; 2^-16 short of 1 keeps 1 in 65536.
+    torch.manual_seed(4)
+    shape = torch.Size([2_000_000])
+    assert keep_mask(shape, 2**-18).all()
+    assert not keep_mask(shape, 1 - 2**-18).any()
+    kept = keep_mask(shape, 1 - 2**-16).sum().item()  # expected 30.5
+    assert 10 <= kept <= 60
 
 
 def test_training_output_is_zero_or_the_input_scaled_by_one_over_keep() -> None:
