@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from aiayn.config import preset
-from aiayn.model.layers import PositionalEncoding, sinusoid_table
+from aiayn.model.layers import PositionalEncoding, PositionwiseFeedForward, sinusoid_table
 from aiayn.model.transformer import Transformer, count_parameters, parameter_count
 from conftest import tiny_model_config
 
@@ -39,6 +39,38 @@ def test_source_padding_changes_nothing(norm):
     padded = torch.cat([src, torch.zeros(1, 3, dtype=torch.long)], dim=1)
     torch.testing.assert_close(model.encode(padded)[:, :5], model.encode(src), atol=1e-12, rtol=0)
     torch.testing.assert_close(model(padded, tgt), model(src, tgt), atol=1e-12, rtol=0)
+
+
+def _ffn_as_written(ffn: PositionwiseFeedForward, x: torch.Tensor) -> torch.Tensor:
+    return ffn.w_2(torch.relu(ffn.w_1(x)))  # eq. 2 through the modules
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 5)])
+def test_feed_forward_in_training_equals_eq_2_with_every_gradient(shape):
+    # On a CPU with gradients the layer runs its own autograd function (ReLU in place);
+    # value and the gradients of input, weights and biases must be autograd's for eq. 2.
+    ffn = PositionwiseFeedForward(d_model=5, d_ff=7).double()
+    x = torch.randn(*shape, dtype=torch.float64, requires_grad=True)
+    with torch.no_grad():
+        ffn.w_1.bias.uniform_(-1, 1)  # some ReLU inputs on either side of 0
+    out = ffn(x)
+    assert out.grad_fn is not None and "FeedForward" in type(out.grad_fn).__name__
+    upstream = torch.randn(*shape, dtype=torch.float64)
+    inputs = [x, *ffn.parameters()]
+    grads = torch.autograd.grad(out, inputs, upstream)
+    expected = torch.autograd.grad(_ffn_as_written(ffn, x), inputs, upstream)
+    torch.testing.assert_close(out, _ffn_as_written(ffn, x))
+    for got, want in zip(grads, expected):
+        torch.testing.assert_close(got, want)
+
+
+def test_feed_forward_with_dropout_inside_or_under_autocast_runs_the_modules():
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    with_dropout = PositionwiseFeedForward(4, 6, p_drop_ffn=0.5).train()
+    assert "FeedForward" not in type(with_dropout(x).grad_fn).__name__
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = PositionwiseFeedForward(4, 6)(x)
+    assert out.dtype == torch.bfloat16 and "FeedForward" not in type(out.grad_fn).__name__
 
 
 def test_sinusoids_match_the_formula_at_hand_computed_positions():
