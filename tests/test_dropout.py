@@ -37,6 +37,15 @@ def test_drop_probability_is_p_rounded_to_a_multiple_of_two_to_the_minus_16() ->
     assert 10 <= kept <= 60
 
 
+def test_a_float_mask_is_the_bool_mask_from_the_same_draw() -> None:
+    shape = torch.Size([3, 1001])  # not a multiple of the four samples per draw
+    torch.manual_seed(6)
+    as_bool = keep_mask(shape, 0.3)
+    torch.manual_seed(6)
+    as_float = keep_mask(shape, 0.3, dtype=torch.float32)
+    assert as_float.dtype == torch.float32 and torch.equal(as_float, as_bool.float())
+
+
 def test_training_output_is_zero_or_the_input_scaled_by_one_over_keep() -> None:
     torch.manual_seed(1)
     x = torch.rand(64, 32) + 0.5  # no zeros, so a zero output means dropped
