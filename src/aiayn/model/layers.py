@@ -20,10 +20,10 @@ class PositionwiseFeedForward(nn.Module):
 
     Training on a CPU in float32/64 (no autocast) runs it as one autograd function,
     `_CpuFeedForward`, the same products with the ReLU and its gradient applied in place
-    to the function's own (tokens, d_ff) buffers. Autograd's ReLU allocates a fresh one
-    for its output and another for its gradient: on a base model (33 MB each for a
+    to the function's own (tokens, d_ff) buffers. Autograd's ReLU allocates a fresh tensor
+    for its output and another for its gradient; on a base model (33 MB each for a
     4,000-token batch, above glibc's 32 MB mmap ceiling, so mapped and page-faulted anew
-    each time) made the training step 3% slower on a 2-core Xeon (in-process A/B).
+    each time) those two made the training step 3% slower on a 2-core Xeon (in-process A/B).
     Elsewhere, and with `p_drop_ffn`, the modules run as written.
     """
 
