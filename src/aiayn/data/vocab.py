@@ -11,7 +11,10 @@ Choices that make the vocabulary safe to build on:
 - Lossless: normalization `identity` and `remove_extra_whitespaces=False` keep text as is
   (the default NFKC rules rewrite e.g. "ﬁ" to "fi" and collapse spaces), and
   `byte_fallback=True` spells characters unseen in training as UTF-8 bytes instead of
-  <unk>. So `decode(encode(s)) == s` for any str; `roundtrip_failures` checks it.
+  <unk>. So `decode(encode(s)) == s` for any str but one: sentencepiece writes spaces as
+  "\u2581" (LOWER ONE EIGHTH BLOCK), and that character in the input decodes as a space,
+  with no escape for it. `roundtrip_failures` reports such lines; `aiayn prepare` warns
+  with their count among the first validation lines.
 - Bounded memory on large corpora: training text is streamed to a temporary file and
   sentencepiece samples `sample_sentences` lines from it (`input_sentence_size` with
   `shuffle_input_sentence`), so a 9M-sentence corpus costs what the sample costs.
