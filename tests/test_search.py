@@ -12,7 +12,7 @@ import torch
 
 from aiayn.config import DecodeConfig
 from aiayn.decode.search import beam_search, greedy_search
-from aiayn.decode.strategy import length_penalty
+from aiayn.decode.strategy import BeamStrategy, length_penalty
 from aiayn.model.cache import KVCache, LayerCache
 from aiayn.model.transformer import Transformer
 from conftest import own_histories, tiny_model_config
@@ -64,6 +64,26 @@ def test_wide_beam_search_equals_exhaustive_enumeration(alpha):
         assert [h.tokens for h in hyps] == [seq for _, seq in ranked[:nbest]]
         for hyp, (score, _) in zip(hyps, ranked):
             assert hyp.score == pytest.approx(score, abs=1e-5)
+
+
+def test_a_beam_step_picks_the_best_extensions_over_the_whole_vocabulary():
+    """The step scores only each row's `beam` best tokens; the picks must be those of the
+    full (batch, k * vocab) sum, including when one row holds all of a sentence's best."""
+    gen = torch.Generator().manual_seed(0)
+    batch, k, vocab, beam = 3, 4, 50, 4
+    logp = torch.randn(batch, k, vocab, generator=gen).log_softmax(-1)
+    logp[:, :, EOS] = -30.0  # nothing ends: every pick continues
+    scores = torch.randn(batch, k, generator=gen)
+    scores[0] = torch.tensor([0.0, -40.0, -41.0, -42.0])  # sentence 0: row 0 takes all four
+    strategy = BeamStrategy(torch.full((batch,), 9), beam, 1, 0.6, 0, EOS, PAD)
+    strategy.scores, strategy.tokens = scores.clone(), torch.zeros(batch, k, 2, dtype=torch.long)
+    strategy.length = 2
+    rows, tokens, _ = strategy.step(logp.clone())
+    top, index = (scores[:, :, None] + logp).view(batch, k * vocab).topk(beam, dim=1)
+    parents = index // vocab + torch.arange(batch)[:, None] * k  # (batch, beam) input rows
+    assert torch.equal(rows, parents.flatten()) and torch.equal(tokens, (index % vocab).flatten())
+    assert torch.allclose(strategy.scores, top)
+    assert torch.equal(rows[:beam], torch.zeros(beam, dtype=torch.long))  # all from row 0
 
 
 @torch.no_grad()
