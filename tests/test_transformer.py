@@ -64,6 +64,18 @@ def test_feed_forward_in_training_equals_eq_2_with_every_gradient(shape):
         torch.testing.assert_close(got, want)
 
 
+@torch.no_grad()
+def test_feed_forward_without_autograd_equals_eq_2_and_leaves_its_input():
+    # Decoding: the ReLU runs in place on the layer's own hidden tensor, never on x.
+    ffn = PositionwiseFeedForward(d_model=5, d_ff=7).eval()
+    x = torch.randn(2, 3, 5)
+    before = x.clone()
+    out = ffn(x)
+    assert torch.equal(x, before)
+    hidden = torch.maximum(x @ ffn.w_1.weight.t() + ffn.w_1.bias, torch.zeros(()))
+    torch.testing.assert_close(out, hidden @ ffn.w_2.weight.t() + ffn.w_2.bias)
+
+
 def test_feed_forward_with_dropout_inside_or_under_autocast_runs_the_modules():
     x = torch.randn(2, 3, 4, requires_grad=True)
     with_dropout = PositionwiseFeedForward(4, 6, p_drop_ffn=0.5).train()

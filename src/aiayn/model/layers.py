@@ -40,7 +40,10 @@ class PositionwiseFeedForward(nn.Module):
         ):  # fmt: skip
             w_1, w_2 = self.w_1, self.w_2
             return _CpuFeedForward.apply(x, w_1.weight, w_1.bias, w_2.weight, w_2.bias)
-        return self.w_2(self.dropout(torch.relu(self.w_1(x))))  # (batch, len, d_model)
+        hidden = self.w_1(x)  # (batch, len, d_ff)
+        # Without autograd (decoding) the ReLU goes in place: one fresh tensor fewer a step.
+        hidden = torch.relu(hidden) if torch.is_grad_enabled() else hidden.relu_()
+        return self.w_2(self.dropout(hidden))  # (batch, len, d_model)
 
 
 class _CpuFeedForward(torch.autograd.Function):
