@@ -1,7 +1,8 @@
 """Training speed: aiayn against `torch.nn.Transformer` and HuggingFace MarianMT, same batches.
 
     .venv/bin/python benchmarks/train_speed.py [--sizes small,base] [--device cpu|cuda]
-        [--dtype float32|bfloat16] [--tokens 4000] [--vocab 8000] [--steps 8] [--compile [MODE]]
+        [--dtype float32|bfloat16] [--tokens 4000] [--vocab 8000] [--steps 4] [--turns 3]
+        [--isolation process|shared] [--compile [MODE]]
 
 One training step = forward, label-smoothed (0.1) cross-entropy over the real target tokens,
 backward, Adam (0.9, 0.98, 1e-9; PyTorch's fused Adam for every system, as aiayn's trainer
@@ -9,8 +10,14 @@ uses). The three systems are the same network (post-LN encoder-decoder, ReLU fee
 sinusoidal positions, embeddings x sqrt(d_model) tied to the output projection, dropout
 0.1) with random weights, fed identical batches: synthetic pairs
 of 10-44 tokens (mean ~27) grouped by length into batches of at most `--tokens` target
-tokens counting padding, as every toolkit batches for training. The steps of the systems
-are interleaved (one step each, in turn), so machine noise hits all of them alike.
+tokens counting padding, as every toolkit batches for training.
+
+Each system trains alone in a fresh process (as it would in use), after one untimed pass
+over the batches, for `--steps` timed steps; the systems take `--turns` turns, so the
+machine's noise hits all of them alike. Why not all in one process: see `isolated`.
+`--isolation shared` runs them in this process instead, interleaved one step each (this
+benchmark's method before 2026-11-23), where one system's step starts from the heap the
+previous system's step left.
 
 aiayn's attention projections have no biases, as in the paper (sec. 3.2.2); the peers'
 have. A fourth system, `aiayn_attention_bias` (`ModelConfig.attention_bias=True`), is aiayn
@@ -30,6 +37,8 @@ import json
 import math
 import platform
 import statistics
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -117,16 +126,21 @@ def aiayn_loss(model: Transformer, b) -> torch.Tensor:
     return real_token_loss(model, b.src, b.tgt_in, b.positions, b.target, EPS_LS)[0]
 
 
-def steppers(size: str, device: str, compile_mode: str | None, vocab: int = VOCAB) -> dict:
-    """name -> (model, one training step on a batch)."""
+def steppers(
+    size: str, device: str, compile_mode: str | None, vocab: int = VOCAB,
+    names: tuple[str, ...] | None = None,
+) -> dict:  # fmt: skip
+    """name -> (model, optimizer, loss of a batch), for `names` (None: every system)."""
     d_model, heads, d_ff, layers = SIZES[size]
     config = ModelConfig(vocab_size=vocab, d_model=d_model, n_heads=heads, d_ff=d_ff,
                          n_layers=layers, p_drop=P_DROP)  # fmt: skip
-    models = {
-        "aiayn": Transformer(config),
-        "aiayn_attention_bias": Transformer(dataclasses.replace(config, attention_bias=True)),
-        "torch_nn_transformer": TorchPeer(d_model, heads, d_ff, layers, vocab),
-        "hf_marian": marian_peer(d_model, heads, d_ff, layers, vocab),
+    builders = {
+        "aiayn": lambda: Transformer(config),
+        "aiayn_attention_bias": lambda: Transformer(
+            dataclasses.replace(config, attention_bias=True)
+        ),
+        "torch_nn_transformer": lambda: TorchPeer(d_model, heads, d_ff, layers, vocab),
+        "hf_marian": lambda: marian_peer(d_model, heads, d_ff, layers, vocab),
     }
     forwards = {
         "aiayn": aiayn_loss,
@@ -137,7 +151,10 @@ def steppers(size: str, device: str, compile_mode: str | None, vocab: int = VOCA
             decoder_attention_mask=b.tgt_in.ne(PAD_ID)).logits, b),
     }  # fmt: skip
     out = {}
-    for name, model in models.items():
+    for name, build in builders.items():
+        if names is not None and name not in names:
+            continue
+        model = build()
         model.to(device).train()
         # Every system gets the same Adam: PyTorch's fused one, which aiayn's trainer uses.
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
@@ -176,13 +193,22 @@ def matmul_peak(device: str, dtype: torch.dtype) -> float:
     return 2 * n**3 * reps / (time.perf_counter() - start)
 
 
-def bench_size(size: str, args, dtype: torch.dtype) -> dict:
-    torch.manual_seed(0)
+SYSTEMS = ("aiayn", "aiayn_attention_bias", "torch_nn_transformer", "hf_marian")
+
+
+def prepared_batches(args) -> list:
     batches = make_batches(args.batches, args.tokens, seed=1, vocab=args.vocab)
     for b in batches:
         b.positions, b.target = real_positions(b.tgt_out, PAD_ID, torch.device(args.device))
         b.src, b.tgt_in, b.tgt_out = (t.to(args.device) for t in (b.src, b.tgt_in, b.tgt_out))
-    systems = steppers(size, args.device, args.compile, args.vocab)
+    return batches
+
+
+def measure(systems: dict, batches: list, args, dtype: torch.dtype) -> tuple[dict, int, int]:
+    """Warm-up passes, then `args.steps` timed steps per system, interleaved one step each.
+
+    -> (name -> tokens/s of each timed step, aiayn's matmul FLOPs of one step, its tokens).
+    """
     flops, flop_tokens = 0, 0
     # Untimed passes over every batch: a shape's first step pays for kernel plans (cuDNN
     # attention, oneDNN) that a long run pays once. aiayn's FLOPs counted on its last one.
@@ -205,6 +231,60 @@ def bench_size(size: str, args, dtype: torch.dtype) -> dict:
             train_step(model, optimizer, forward, b, dtype)
             sync(args.device)
             rates[name].append(b.n_tgt_tokens / (time.perf_counter() - start))
+    return rates, flops, flop_tokens
+
+
+def isolated(size: str, args) -> tuple[dict, int, int]:
+    """`measure` with each system alone in a fresh process, the systems taking turns.
+
+    Systems that share a process share its heap: one system's step leaves memory that the
+    next one's allocations reuse, already mapped, or the allocator has just returned to the
+    kernel, and then the next step pays for mapping and zeroing it again (page faults).
+    On a 2-core Xeon this moved MarianMT's base step by ~20% depending on which peers ran
+    beside it. A toolkit trains alone in its process, so each is measured so; taking turns,
+    `args.turns` times, still spreads the machine's noise over all of them.
+    """
+    rates: dict[str, list[float]] = {name: [] for name in SYSTEMS}
+    flops, flop_tokens = 0, 0
+    for _ in range(args.turns):
+        for name in SYSTEMS:
+            command = [
+                sys.executable, __file__, "--worker", name, "--sizes", size,
+                "--device", args.device, "--dtype", args.dtype, "--tokens", str(args.tokens),
+                "--vocab", str(args.vocab), "--batches", str(args.batches),
+                "--warmup", str(args.warmup), "--steps", str(args.steps),
+            ]  # fmt: skip
+            if args.compile:
+                command += ["--compile", args.compile]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit(f"worker {name} ({size}) failed:\n{done.stderr}")
+            out = json.loads(done.stdout)
+            rates[name] += out["rates"]
+            if name == "aiayn":
+                flops, flop_tokens = out["flops"], out["flop_tokens"]
+    return rates, flops, flop_tokens
+
+
+def worker(args) -> None:
+    """One system, one size, alone: prints its rates (and aiayn's FLOPs) as JSON."""
+    dtype = getattr(torch, args.dtype)
+    torch.manual_seed(0)
+    batches = prepared_batches(args)
+    systems = steppers(args.sizes, args.device, args.compile, args.vocab, names=(args.worker,))
+    rates, flops, flop_tokens = measure(systems, batches, args, dtype)
+    print(json.dumps({"rates": rates[args.worker], "flops": flops, "flop_tokens": flop_tokens}))
+
+
+def bench_size(size: str, args, dtype: torch.dtype) -> dict:
+    if args.isolation == "process":
+        rates, flops, flop_tokens = isolated(size, args)
+        batches = make_batches(args.batches, args.tokens, seed=1, vocab=args.vocab)
+    else:
+        torch.manual_seed(0)
+        batches = prepared_batches(args)
+        systems = steppers(size, args.device, args.compile, args.vocab)
+        rates, flops, flop_tokens = measure(systems, batches, args, dtype)
     median = {name: round(statistics.median(r), 1) for name, r in rates.items()}
     real = sum(b.n_tgt_tokens for b in batches)
     padded = sum(b.tgt_out.numel() for b in batches)
@@ -233,10 +313,19 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=VOCAB, help="joint vocabulary size")
     parser.add_argument("--batches", type=int, default=8, help="distinct batches, cycled")
     parser.add_argument("--warmup", type=int, default=1, help="untimed passes over the batches")
-    parser.add_argument("--steps", type=int, default=8, help="timed steps per system")
+    parser.add_argument("--steps", type=int, default=4,
+                        help="timed steps per system (per turn with --isolation process)")
+    parser.add_argument("--isolation", default="process", choices=("process", "shared"),
+                        help="each system in its own process, taking turns (default), or all "
+                        "in this one, interleaved step by step")  # fmt: skip
+    parser.add_argument("--turns", type=int, default=3,
+                        help="turns of the systems with --isolation process")
+    parser.add_argument("--worker", choices=SYSTEMS, help=argparse.SUPPRESS)  # internal
     parser.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE",
                         help="torch.compile every system (mode: default, reduce-overhead, ...)")
     args = parser.parse_args()
+    if args.worker:
+        return worker(args)
     dtype = getattr(torch, args.dtype)
     peak = matmul_peak(args.device, dtype)
     results = {size: bench_size(size, args, dtype) for size in args.sizes.split(",")}
@@ -253,6 +342,8 @@ def main() -> None:
         "task": "training step (fwd + label-smoothed loss + bwd + Adam), identical batches",
         "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
         "dtype": args.dtype, "compile": args.compile, "threads": torch.get_num_threads(),
+        "isolation": args.isolation, "turns": args.turns if args.isolation == "process" else 1,
+        "steps_per_turn": args.steps,
         "measured_matmul_peak_tflops": round(peak / 1e12, 3), "vocab": args.vocab,
         "results": results, "cpu": platform.processor() or platform.machine(),
         "torch": torch.__version__, "transformers": transformers.__version__,
