@@ -129,3 +129,38 @@ def test_a_dying_rank_ends_the_run_with_an_error_not_a_hang(tmp_path, launcher):
     assert time.monotonic() - start < 120
     log = (tmp_path / "run" / "train_log.jsonl").read_text()
     assert '"event": "start"' in log and '"event": "end"' not in log
+
+
+def test_teardown_meets_at_a_barrier_after_success_and_not_after_an_error(monkeypatch):
+    from aiayn.train import distributed
+
+    calls: list[str] = []
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed.dist, "barrier", lambda: calls.append("barrier"))
+    monkeypatch.setattr(distributed.dist, "destroy_process_group", lambda: calls.append("destroy"))
+    env = distributed.DistEnv(rank=0, world_size=2, local_rank=0, device=torch.device("cpu"))
+    distributed.teardown(env)
+    assert calls == ["barrier", "destroy"]
+    calls.clear()
+    distributed.teardown(env, synchronize=False)  # a failed rank's peers may never arrive
+    assert calls == ["destroy"]
+
+
+def test_train_tears_down_without_the_barrier_when_the_run_fails(monkeypatch, tmp_path):
+    from aiayn.train import distributed, trainer
+
+    seen: list[bool] = []
+    record = lambda env, synchronize=True: seen.append(synchronize)  # noqa: E731
+    monkeypatch.setattr(distributed, "teardown", record)
+
+    def fail(self):
+        raise RuntimeError("loss is NaN")
+
+    monkeypatch.setattr(trainer.Trainer, "__init__", lambda self, *a: None)
+    monkeypatch.setattr(trainer.Trainer, "run", fail)
+    config = tiny_config(prepared_data(tmp_path / "data"), tmp_path / "run")
+    with pytest.raises(RuntimeError, match="NaN"):
+        train(config)
+    monkeypatch.setattr(trainer.Trainer, "run", lambda self: "result")
+    assert train(config) == "result"
+    assert seen == [False, True]

@@ -69,9 +69,16 @@ def setup(device: str = "auto") -> DistEnv:
     return env
 
 
-def teardown(env: DistEnv) -> None:
+def teardown(env: DistEnv, synchronize: bool = True) -> None:
+    """Leave the process group. After a run that ended alike on every rank (`synchronize`),
+    the ranks first meet at a barrier, so no rank closes its connections while another is
+    still finishing its last collective: a gloo rank that saw its peer's sockets close under
+    it aborted at exit ("terminate called without an active exception"), once in CI. After
+    an error the other ranks may never arrive, so there is no barrier then."""
     _CPU_GROUP.clear()
     if env.distributed and dist.is_initialized():
+        if synchronize:
+            dist.barrier()
         dist.destroy_process_group()
 
 

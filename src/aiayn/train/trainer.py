@@ -73,10 +73,14 @@ def train(config: Config, resume: str | Path | None = None) -> TrainResult:
     started_here = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     env = distributed.setup(config.train.device)
     try:
-        return Trainer(config, env, resume).run()
-    finally:
+        result = Trainer(config, env, resume).run()
+    except BaseException:
         if started_here:
-            distributed.teardown(env)
+            distributed.teardown(env, synchronize=False)
+        raise
+    if started_here:
+        distributed.teardown(env)
+    return result
 
 
 def resume_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
