@@ -122,3 +122,33 @@ def test_the_mask_is_made_on_the_inputs_device_whatever_the_default() -> None:
 def test_other_devices_use_pytorchs_dropout() -> None:
     out = Dropout(0.5).train()(torch.ones(10, device="meta"))  # meta: no data, F.dropout's path
     assert out.device.type == "meta" and out.shape == (10,)
+
+
+def test_add_is_the_input_plus_the_dropout_of_the_other_and_so_are_its_gradients() -> None:
+    drop = Dropout(0.3).train()
+    x0, y0, g = torch.randn(7, 33), torch.rand(7, 33) + 0.5, torch.randn(7, 33)
+    grads = []
+    for fused in (False, True):
+        x, y = x0.clone().requires_grad_(), y0.clone().requires_grad_()
+        torch.manual_seed(8)  # the same draw: the same mask
+        out = drop.add(x, y) if fused else x + drop(y)
+        (out * g).sum().backward()
+        grads.append((out.detach(), x.grad, y.grad))
+    for plain, fused in zip(*grads):
+        torch.testing.assert_close(fused, plain, rtol=0, atol=1e-6)
+    assert 0 < (grads[1][2] == 0).sum() < y0.numel()  # some of y dropped, not all
+
+
+def test_add_without_dropout_is_the_plain_sum() -> None:
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    assert torch.equal(Dropout(0.5).eval().add(x, y), x + y)
+    assert torch.equal(Dropout(0.0).train().add(x, y), x + y)
+
+
+def test_add_keeps_each_inputs_dtype_in_its_gradient() -> None:
+    x = torch.randn(3, 8, requires_grad=True)
+    y = torch.randn(3, 8, dtype=torch.bfloat16, requires_grad=True)
+    out = Dropout(0.1).train().add(x, y)
+    out.sum().backward()
+    assert out.dtype == torch.float32 and x.grad.dtype == torch.float32
+    assert y.grad.dtype == torch.bfloat16

@@ -27,6 +27,13 @@ float mask made a small model's training step 2.6% faster (in-process A/B on the
 Xeon). The price is 3 bytes more per element of each dropout's input while the step runs,
 ~50 MB on a small model with 4,000-token batches, ~190 MB on a base one.
 
+`Dropout.add(x, y)` is x + Dropout(y), the residual connection's sum (sec. 3.1, 5.4), in one
+pass on a CPU: `addcmul(x, y, mask)` instead of a product and then a sum. It draws the same
+mask as `Dropout(y)` would, so the two agree exactly; it saves writing and re-reading one
+(tokens, d_model) tensor per sub-layer. In-process A/B runs on the 2-core Xeon put a small
+model's training step at +2.0%, +0.7%, +0.9% and -0.5% (so about +1%, near the noise) and a
+base one's at +0.7%.
+
 On other devices `F.dropout` is used: a GPU draws its mask in a fused kernel.
 """
 
@@ -53,6 +60,14 @@ class Dropout(nn.Module):
             return F.dropout(x, self.p, training=True)
         return _CpuDropout.apply(x, self.p)
 
+    def add(self, x: Tensor, y: Tensor) -> Tensor:
+        """x + self(y): the residual sum, in one pass on a CPU (see the module docstring)."""
+        if not self.training or self.p == 0.0:
+            return x + y
+        if y.device.type != "cpu":
+            return x + F.dropout(y, self.p, training=True)
+        return _CpuDropoutAdd.apply(x, y, self.p)
+
     def extra_repr(self) -> str:
         return f"p={self.p}"
 
@@ -73,12 +88,17 @@ def keep_mask(
     return torch.ge(bits, threshold, out=torch.empty(shape, dtype=dtype, device=device))
 
 
+def _scaled_mask(like: Tensor, p: float) -> Tensor:
+    """A mask for `like`: 0 or 1 / (1 - p), in float32 (float64 for a float64 `like`)."""
+    scale = 1.0 / (1.0 - p) if p < 1.0 else 0.0
+    dtype = torch.promote_types(like.dtype, torch.float32)
+    return keep_mask(like.shape, p, like.device, dtype).mul_(scale)
+
+
 class _CpuDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, p: float) -> Tensor:  # type: ignore[override]
-        scale = 1.0 / (1.0 - p) if p < 1.0 else 0.0
-        dtype = torch.promote_types(x.dtype, torch.float32)
-        mask = keep_mask(x.shape, p, x.device, dtype).mul_(scale)  # 0 or 1 / (1 - p)
+        mask = _scaled_mask(x, p)
         ctx.save_for_backward(mask)
         return x.mul(mask).to(x.dtype)
 
@@ -86,3 +106,20 @@ class _CpuDropout(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
         (mask,) = ctx.saved_tensors
         return grad.mul(mask).to(grad.dtype), None
+
+
+class _CpuDropoutAdd(torch.autograd.Function):
+    """x + y * mask in one pass; d/dx is the incoming gradient, d/dy that times the mask."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, y: Tensor, p: float) -> Tensor:  # type: ignore[override]
+        mask = _scaled_mask(y, p)
+        ctx.save_for_backward(mask)
+        ctx.dtypes = x.dtype, y.dtype
+        return torch.addcmul(x, y, mask).to(torch.promote_types(x.dtype, y.dtype))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, None]:  # type: ignore[override]
+        (mask,) = ctx.saved_tensors
+        x_dtype, y_dtype = ctx.dtypes
+        return grad.to(x_dtype), grad.mul(mask).to(y_dtype), None

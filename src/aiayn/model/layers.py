@@ -146,8 +146,8 @@ class Residual(nn.Module):
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         if self.pre_norm:
-            return x + self.dropout(sublayer(self.norm(x)))
-        return self.norm(x + self.dropout(sublayer(x)))
+            return self.dropout.add(x, sublayer(self.norm(x)))
+        return self.norm(self.dropout.add(x, sublayer(x)))
 
 
 def _attention(config: ModelConfig, cross: bool) -> MultiHeadAttention:
