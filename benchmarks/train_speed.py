@@ -241,8 +241,9 @@ def isolated(size: str, args) -> tuple[dict, int, int]:
     next one's allocations reuse, already mapped, or the allocator has just returned to the
     kernel, and then the next step pays for mapping and zeroing it again (page faults).
     On a 2-core Xeon this moved MarianMT's base figure between 624 and 813 tokens/s (up to
-    30%) depending on which peers ran beside it. A toolkit trains alone in its process, so each is measured so; taking turns,
-    `args.turns` times, still spreads the machine's noise over all of them.
+    30%) depending on which peers ran beside it. A toolkit trains alone in its process, so
+    each is measured so; taking turns, `args.turns` times, still spreads the machine's noise
+    over all of them.
     """
     rates: dict[str, list[float]] = {name: [] for name in SYSTEMS}
     flops, flop_tokens = 0, 0

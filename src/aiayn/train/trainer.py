@@ -72,15 +72,14 @@ def train(config: Config, resume: str | Path | None = None) -> TrainResult:
     """
     started_here = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     env = distributed.setup(config.train.device)
+    finished = False  # alike on every rank; after an error the others may never arrive
     try:
         result = Trainer(config, env, resume).run()
-    except BaseException:
+        finished = True
+        return result
+    finally:
         if started_here:
-            distributed.teardown(env, synchronize=False)
-        raise
-    if started_here:
-        distributed.teardown(env)
-    return result
+            distributed.teardown(env, synchronize=finished)
 
 
 def resume_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
