@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from aiayn.model.dropout import Dropout, keep_mask
+from aiayn.model.dropout import Dropout, drop_probability, keep_mask
 
 
 def _binomial_tolerance(n: int, p: float) -> float:
@@ -62,7 +62,20 @@ def test_gradient_is_the_mask_times_the_scale() -> None:
     out = Dropout(0.3).train()(x)
     (out * g).sum().backward()
     kept = (out != 0).float()
-    torch.testing.assert_close(x.grad, g * kept / 0.7)
+    torch.testing.assert_close(x.grad, g * kept / (1 - drop_probability(0.3)))
+
+
+@pytest.mark.parametrize("p", [0.3, 0.99999])
+def test_survivors_are_scaled_by_one_over_the_keep_probability_actually_drawn(p: float) -> None:
+    # 0.3 rounds to 19661 / 65536 and 0.99999 to 65535 / 65536: scaled by 1 / (1 - p), the
+    # survivors of 0.99999 would be 100,000 and the expected output 1.53 times the input.
+    assert drop_probability(p) == round(p * 2**16) / 2**16 != p
+    torch.manual_seed(9)
+    x = torch.ones(4, 65536, dtype=torch.float64)
+    for out in (Dropout(p).train()(x), Dropout(p).train().add(torch.zeros_like(x), x)):
+        survivors = out[out != 0]
+        assert survivors.numel() > 0
+        assert torch.all(survivors == 2**16 / (2**16 - round(p * 2**16)))
 
 
 def test_the_same_seed_gives_the_same_mask_and_later_calls_differ() -> None:

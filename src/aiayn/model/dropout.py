@@ -1,8 +1,8 @@
 """Dropout (sec. 5.4), with a cheaper random mask on CPUs.
 
 The function is `nn.Dropout`'s: in training each element is zeroed with probability p and
-the survivors are scaled by 1 / (1 - p), so the expected output is the input; in
-evaluation it is the identity.
+the survivors are scaled by 1 / (1 - p), so the expected output is the input (p as
+rounded below, on a CPU); in evaluation it is the identity.
 
 Why not `nn.Dropout` itself: on a CPU, PyTorch draws the mask with `bernoulli_`, one
 floating-point sample per element, which on a 2-core Xeon takes ~5 ns per element: more
@@ -13,7 +13,12 @@ trainer's saved RNG state govern it as before) with `random_` over the full int6
 and one integer comparison: a mask of 1M elements in ~1.2 ms against `bernoulli_`'s ~5 ms.
 An element survives when its bits, read as a signed int16 b, satisfy
 b >= -2^15 + round(p * 2^16), so its drop probability is
-round(p * 2^16) / 2^16: p to within 2^-17 (0.1 becomes 0.100006). Why 16 bits and not 32:
+round(p * 2^16) / 2^16 (`drop_probability`): p to within 2^-17 (0.1 becomes 0.100006).
+The survivors are scaled by one over the keep probability of that rounded p, not of p, so
+the expected output is exactly the input for every p (p = 0.99999 keeps 1 element in
+65,536 instead of 1 in 100,000; scaled by 1 / (1 - p) = 100,000, the expected output would
+be 1.53 times the input).
+Why 16 bits and not 32:
 drawing the bits is most of the mask's cost, and 32 bits per element made a small model's
 training step 3% slower (in-process A/B on the 2-core Xeon) for a precision of p that no
 training run can tell from 2^-17. It uses the random stream differently from `bernoulli_`,
@@ -72,11 +77,17 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
+def drop_probability(p: float) -> float:
+    """The probability with which `keep_mask` drops an element: p rounded to a multiple of
+    2^-16, the resolution of its 16 random bits."""
+    return round(p * 2**16) / 2**16
+
+
 def keep_mask(
     shape: torch.Size, p: float, device: torch.device | str = "cpu", dtype: torch.dtype = torch.bool
 ) -> Tensor:
-    """Mask, 1 (True) with probability 1 - round(p * 2^16) / 2^16, else 0, from 16 bits
-    per element; in `dtype`."""
+    """Mask, 1 (True) with probability 1 - drop_probability(p), else 0, from 16 bits per
+    element; in `dtype`."""
     threshold = -(2**15) + round(p * 2**16)
     if threshold > 2**15 - 1:  # p (rounded) is 1: nothing survives
         return torch.zeros(shape, dtype=dtype, device=device)
@@ -89,8 +100,10 @@ def keep_mask(
 
 
 def _scaled_mask(like: Tensor, p: float) -> Tensor:
-    """A mask for `like`: 0 or 1 / (1 - p), in float32 (float64 for a float64 `like`)."""
-    scale = 1.0 / (1.0 - p) if p < 1.0 else 0.0
+    """A mask for `like`: 0 or 1 / (1 - q), q = drop_probability(p) (so that the expected
+    output is the input), in float32 (float64 for a float64 `like`)."""
+    q = drop_probability(p)
+    scale = 1.0 / (1.0 - q) if q < 1.0 else 0.0
     dtype = torch.promote_types(like.dtype, torch.float32)
     return keep_mask(like.shape, p, like.device, dtype).mul_(scale)
 
