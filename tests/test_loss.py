@@ -109,6 +109,30 @@ def test_projected_loss_under_autocast_projects_in_the_autocast_dtype(dtype):
     torch.testing.assert_close(w.grad, ref_w.grad, **tol)
 
 
+def test_projected_loss_of_float64_under_autocast_stays_float64():
+    """Autocast leaves float64 products alone; so does the chunked path."""
+    torch.manual_seed(1)
+    hidden, weight = torch.randn(8, 16, dtype=torch.float64), torch.randn(10, 16, dtype=torch.float64)
+    target = torch.randint(0, 10, (8,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        smoothed, nll = projected_label_smoothed_loss(hidden, weight, target, 0.1, chunk_rows=3)
+        expected = label_smoothed_loss(hidden @ weight.t(), target, 0.1)
+    assert smoothed.dtype == nll.dtype == torch.float64
+    torch.testing.assert_close((smoothed, nll), expected)
+
+
+def test_projected_loss_sums_may_be_divided_in_place():
+    h, w = torch.randn(5, 8, requires_grad=True), torch.randn(11, 8, requires_grad=True)
+    target = torch.randint(0, 11, (5,))
+    smoothed, nll = projected_label_smoothed_loss(h, w, target, 0.1, chunk_rows=2)
+    smoothed /= 5
+    nll /= 5
+    smoothed.backward()
+    ref_h = h.detach().clone().requires_grad_()
+    (label_smoothed_loss(ref_h @ w.detach().t(), target, 0.1)[0] / 5).backward()
+    torch.testing.assert_close(h.grad, ref_h.grad)
+
+
 def test_projected_loss_computes_only_the_gradients_asked_for():
     hidden, weight, target = torch.randn(6, 5), torch.randn(7, 5), torch.randint(0, 7, (6,))
     w = weight.clone().requires_grad_()  # hidden frozen

@@ -135,13 +135,16 @@ def _projected_sums(
     anyway): a low-precision p @ W would lose the small difference to the rank-one term.
     """
     device = hidden.device.type
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
+    # Autocast leaves float64 alone (as it would `Transformer.project`'s product).
+    autocast = torch.is_autocast_enabled(device) and hidden.dtype != torch.float64
+    dtype = torch.get_autocast_dtype(device) if autocast else hidden.dtype
     acc = torch.promote_types(dtype, torch.float32)  # the loss's and gradients' dtype
     w = weight.to(dtype)  # (V, d_model), cast once rather than once per chunk
     n_rows, n_classes = hidden.size(0), weight.size(0)
     eps = eps if n_classes > 1 else 0.0  # one class: q = p = 1, as in `_row_losses`
     off = eps / (n_classes - 1) if n_classes > 1 else 0.0  # q(k) for k != y
-    sums = torch.zeros(2, dtype=acc, device=hidden.device)  # smoothed, nll
+    # Two tensors, not views of one: callers may divide the sums in place.
+    smoothed_sum, nll_sum = (torch.zeros((), dtype=acc, device=hidden.device) for _ in range(2))
     grad_hidden = torch.empty_like(hidden) if grads[0] else None
     grad_weight = torch.zeros(weight.shape, dtype=acc, device=hidden.device) if grads[1] else None
     # One logits buffer and one log-probabilities buffer for every chunk (not a fresh
@@ -157,7 +160,8 @@ def _projected_sums(
             z = torch.mm(h, w.t(), out=z_buf[: h.size(0)])  # (rows, V) logits
             log_p = torch.log_softmax(z, -1, dtype=acc, out=log_p_buf[: h.size(0)])  # (rows, V)
             smoothed, nll = _row_losses(log_p, y, eps)
-            sums += torch.stack([smoothed.sum(), nll.sum()])
+            smoothed_sum += smoothed.sum()
+            nll_sum += nll.sum()
             if not any(grads):
                 continue
             g = log_p.exp_()  # (rows, V) p, over log_p in place: it is not needed again
@@ -180,4 +184,4 @@ def _projected_sums(
         if rank_one:
             grad_weight -= off * hidden.sum(dim=0)  # (d_model,)
         grad_weight = grad_weight.to(weight.dtype)
-    return sums[0], sums[1], grad_hidden, grad_weight
+    return smoothed_sum, nll_sum, grad_hidden, grad_weight
