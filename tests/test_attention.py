@@ -106,3 +106,15 @@ def test_reorders_compose_and_move_no_stored_entry():
     assert own_histories(k, mask).tolist() == [[1, 9], [3, 9], [3, 9], [3, 9]]
     assert k[0, 0, :4, 0].tolist() == [0, 1, 2, 3] and torch.equal(k, v)  # entries stay put
     assert cache.pending is None and cache.slots.tolist() == [[1, 0], [3, 1], [3, 2], [3, 3]]
+
+
+def test_attention_dropout_applies_in_training_only():
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4, 4, 4, p_drop_attn=0.5, cross=False)
+    plain = MultiHeadAttention(16, 4, 4, 4, p_drop_attn=0.0, cross=False)
+    plain.load_state_dict(attn.state_dict())
+    x = torch.randn(3, 7, 16)
+    attn.eval()
+    torch.testing.assert_close(attn(x, causal=True), plain.eval()(x, causal=True))
+    attn.train()
+    assert not torch.allclose(attn(x, causal=True), plain(x, causal=True))

@@ -6,7 +6,12 @@ import pytest
 import torch
 
 from aiayn.config import preset
-from aiayn.model.layers import PositionalEncoding, PositionwiseFeedForward, sinusoid_table
+from aiayn.model.layers import (
+    PositionalEncoding,
+    PositionwiseFeedForward,
+    Residual,
+    sinusoid_table,
+)
 from aiayn.model.transformer import Transformer, count_parameters, parameter_count
 from conftest import tiny_model_config
 
@@ -83,6 +88,62 @@ def test_feed_forward_with_dropout_inside_or_under_autocast_runs_the_modules():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = PositionwiseFeedForward(4, 6)(x)
     assert out.dtype == torch.bfloat16 and "FeedForward" not in type(out.grad_fn).__name__
+
+
+def test_feed_forward_output_may_be_modified_in_place():
+    ffn = PositionwiseFeedForward(4, 6).train()
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    out = ffn(x)
+    assert "FeedForward" in type(out.grad_fn).__name__  # the fast path's own output
+    out.mul_(2.0)
+    out.sum().backward()
+    expected = torch.autograd.grad((2.0 * _ffn_as_written(ffn, x)).sum(), x)[0]
+    torch.testing.assert_close(x.grad, expected)
+
+
+class _ShiftedLinear(torch.nn.Linear):
+    """A replaced projection (as an adapter would be): the fast path must not skip it."""
+
+    def forward(self, x):
+        return super().forward(x) + 1.0
+
+
+def test_feed_forward_runs_replaced_or_hooked_projections_as_written():
+    torch.manual_seed(0)
+    ffn = PositionwiseFeedForward(4, 6).train()
+    x = torch.randn(2, 3, 4, requires_grad=True)
+    shifted = _ShiftedLinear(4, 6)
+    shifted.load_state_dict(ffn.w_1.state_dict())
+    ffn.w_1 = shifted
+    torch.testing.assert_close(ffn(x), _ffn_as_written(ffn, x))
+    ffn.w_1 = torch.nn.Linear(4, 6)
+    calls = []
+    ffn.w_2.register_forward_hook(lambda *_: calls.append(1))
+    out = ffn(x)
+    assert calls == [1] and "FeedForward" not in type(out.grad_fn).__name__
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_residual_dropout_drops_the_sub_layer_output_never_the_input(pre_norm):
+    # Sec. 5.4: dropout "to the output of each sub-layer, before it is added to the
+    # sub-layer input". With a sub-layer that outputs zeros, nothing may change x.
+    torch.manual_seed(0)
+    residual = Residual(8, p_drop=0.5, pre_norm=pre_norm, eps=1e-6).train()
+    x = torch.randn(4, 5, 8) + 2.0  # no zeros
+    out = residual(x, torch.zeros_like)
+    torch.testing.assert_close(out, x if pre_norm else residual.norm(x))
+    if pre_norm:  # and the sub-layer's ones are each dropped (0) or scaled to 2
+        added = residual(x, torch.ones_like) - x
+        dropped, scaled = added.abs() < 1e-5, (added - 2.0).abs() < 1e-5
+        assert (dropped | scaled).all() and dropped.any() and scaled.any()
+
+
+def test_an_empty_batch_gives_empty_logits_and_gradients():
+    model = Transformer(tiny_model_config(p_drop=0.1)).train()
+    logits = model(torch.full((0, 5), 7), torch.full((0, 6), 7))
+    assert logits.shape == (0, 6, 23)
+    logits.sum().backward()
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters())
 
 
 def test_sinusoids_match_the_formula_at_hand_computed_positions():

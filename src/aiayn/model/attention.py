@@ -111,7 +111,7 @@ class MultiHeadAttention(nn.Module):
             k = k.unflatten(-1, (self.n_heads, self.d_k))  # (rows, q_len, heads, d_k)
             k, v, mask = cache.extend(k, v.unflatten(-1, (self.n_heads, self.d_v)))
             out = scaled_dot_product_attention(self._grouped(q, k.size(0)), k, v, mask, p)
-            return self.w_o(self._ungrouped(out, x.size(0)))
+            return self.w_o(self._ungrouped(out, *x.shape[:2]))
         q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
         if causal and key_pad_mask is None:
             # The whole target at once (training): the kernel's own causal path, no mask tensor.
@@ -125,12 +125,13 @@ class MultiHeadAttention(nn.Module):
         """Queries (rows, q_len, heads * d_k), rows = sentences * g -> (sentences, heads,
         g * q_len, d_k): the g rows of a sentence, which attend to the same keys, stacked."""
         rows, q_len, _ = q.shape
-        q = q.view(sentences, rows // sentences * q_len, self.n_heads, self.d_k)
+        g = rows // max(sentences, 1)  # rows per sentence (an empty batch has none)
+        q = q.view(sentences, g * q_len, self.n_heads, self.d_k)
         return q.transpose(1, 2)
 
-    def _ungrouped(self, out: Tensor, rows: int) -> Tensor:
+    def _ungrouped(self, out: Tensor, rows: int, q_len: int) -> Tensor:
         """(sentences, heads, g * q_len, d_v) -> (rows, q_len, heads * d_v)."""
-        return out.transpose(1, 2).reshape(rows, -1, self.n_heads * self.d_v)
+        return out.transpose(1, 2).reshape(rows, q_len, self.n_heads * self.d_v)
 
     def _cross(
         self, x: Tensor, memory: Tensor | None, key_pad_mask: Tensor | None,
@@ -152,4 +153,4 @@ class MultiHeadAttention(nn.Module):
         q = self._grouped(self.w_q(x), k.size(0))  # (sentences, heads, g * q_len, d_k)
         mask = attend_mask(key_pad_mask, False, q.size(2), k.size(2), x.device)
         out = scaled_dot_product_attention(q, k, v, mask, p)  # (sentences, heads, g * q_len, d_v)
-        return self.w_o(self._ungrouped(out, x.size(0)))  # (rows, q_len, d_model)
+        return self.w_o(self._ungrouped(out, *x.shape[:2]))  # (rows, q_len, d_model)

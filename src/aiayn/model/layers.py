@@ -24,7 +24,9 @@ class PositionwiseFeedForward(nn.Module):
     for its output and another for its gradient; on a base model (33 MB each for a
     4,000-token batch, above glibc's 32 MB mmap ceiling, so mapped and page-faulted anew
     each time) those two made the training step 3% slower on a 2-core Xeon (in-process A/B).
-    Elsewhere, and with `p_drop_ffn`, the modules run as written.
+    Elsewhere, with `p_drop_ffn`, and when `w_1` or `w_2` is not a plain `nn.Linear` (a
+    subclass or wrapper, say for adapters, or one with hooks) the modules run as written,
+    so that whatever was put in their place is what runs.
     """
 
     def __init__(self, d_model: int, d_ff: int, p_drop_ffn: float = 0.0) -> None:
@@ -37,6 +39,7 @@ class PositionwiseFeedForward(nn.Module):
         if (
             torch.is_grad_enabled() and x.device.type == "cpu"
             and not torch.is_autocast_enabled("cpu") and (self.dropout.p == 0 or not self.training)
+            and _plain_linear(self.w_1) and _plain_linear(self.w_2)
         ):  # fmt: skip
             w_1, w_2 = self.w_1, self.w_2
             return _CpuFeedForward.apply(x, w_1.weight, w_1.bias, w_2.weight, w_2.bias)
@@ -46,8 +49,21 @@ class PositionwiseFeedForward(nn.Module):
         return self.w_2(self.dropout(hidden))  # (batch, len, d_model)
 
 
+def _plain_linear(module: nn.Module) -> bool:
+    """Whether calling `module` would compute x W^T + b from its `weight` and `bias` and do
+    nothing else: an `nn.Linear` itself, with no hooks of its own or global ones."""
+    hooks = nn.modules.module
+    return type(module) is nn.Linear and not (
+        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+        or module._backward_pre_hooks or hooks._global_forward_hooks
+        or hooks._global_forward_pre_hooks or hooks._global_backward_hooks
+        or hooks._global_backward_pre_hooks
+    )  # fmt: skip
+
+
 class _CpuFeedForward(torch.autograd.Function):
-    """Eq. 2 with its backward written out; see `PositionwiseFeedForward`."""
+    """Eq. 2 with its backward written out; see `PositionwiseFeedForward`. The output is a
+    tensor of its own, not a view of one, so that callers may modify it in place."""
 
     @staticmethod
     def forward(ctx, x, w_1, b_1, w_2, b_2):  # type: ignore[override]
@@ -55,7 +71,9 @@ class _CpuFeedForward(torch.autograd.Function):
         hidden = torch.addmm(b_1, rows, w_1.t()).relu_()  # (tokens, d_ff)
         ctx.save_for_backward(rows, hidden, w_1, w_2)
         ctx.shape = x.shape
-        return torch.addmm(b_2, hidden, w_2.t()).view(x.shape)  # (batch, len, d_model)
+        out = rows.new_empty(x.shape)  # (batch, len, d_model)
+        torch.addmm(b_2, hidden, w_2.t(), out=out.view(rows.shape))  # written as (tokens, d_model)
+        return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
