@@ -112,7 +112,8 @@ def test_projected_loss_under_autocast_projects_in_the_autocast_dtype(dtype):
 def test_projected_loss_of_float64_under_autocast_stays_float64():
     """Autocast leaves float64 products alone; so does the chunked path."""
     torch.manual_seed(1)
-    hidden, weight = torch.randn(8, 16, dtype=torch.float64), torch.randn(10, 16, dtype=torch.float64)
+    hidden = torch.randn(8, 16, dtype=torch.float64)
+    weight = torch.randn(10, 16, dtype=torch.float64)
     target = torch.randint(0, 10, (8,))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         smoothed, nll = projected_label_smoothed_loss(hidden, weight, target, 0.1, chunk_rows=3)
