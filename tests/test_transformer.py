@@ -121,6 +121,14 @@ def test_feed_forward_runs_replaced_or_hooked_projections_as_written():
     ffn.w_2.register_forward_hook(lambda *_: calls.append(1))
     out = ffn(x)
     assert calls == [1] and "FeedForward" not in type(out.grad_fn).__name__
+    plain = PositionwiseFeedForward(4, 6).train()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda *_: calls.append(2))
+    try:
+        out = plain(x)
+    finally:
+        handle.remove()
+    assert 2 in calls and "FeedForward" not in type(out.grad_fn).__name__
+    assert "FeedForward" in type(plain(x).grad_fn).__name__  # no hook left: the fast path
 
 
 @pytest.mark.parametrize("pre_norm", [False, True])

@@ -49,16 +49,17 @@ class PositionwiseFeedForward(nn.Module):
         return self.w_2(self.dropout(hidden))  # (batch, len, d_model)
 
 
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
 def _plain_linear(module: nn.Module) -> bool:
     """Whether calling `module` would compute x W^T + b from its `weight` and `bias` and do
-    nothing else: an `nn.Linear` itself, with no hooks of its own or global ones."""
-    hooks = nn.modules.module
-    return type(module) is nn.Linear and not (
-        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-        or module._backward_pre_hooks or hooks._global_forward_hooks
-        or hooks._global_forward_pre_hooks or hooks._global_backward_hooks
-        or hooks._global_backward_pre_hooks
-    )  # fmt: skip
+    nothing else: an `nn.Linear` itself, with no hooks of its own or global ones (the hook
+    tables `nn.Module.__call__` consults; a table a PyTorch version lacks counts as empty)."""
+    tables = nn.modules.module
+    return type(module) is nn.Linear and not any(
+        getattr(module, name, None) or getattr(tables, "_global" + name, None) for name in _HOOKS
+    )
 
 
 class _CpuFeedForward(torch.autograd.Function):
