@@ -84,7 +84,7 @@ def like(t: torch.Tensor) -> torch.Tensor:
 def replay(products: list[tuple], reps: int = 3) -> float:
     """Seconds the given product calls take alone (each distinct call: best of `reps`)."""
     seen: dict[tuple, tuple[int, tuple]] = {}
-    for name, func, args, kwargs, _ in products:
+    for _, func, args, kwargs, _ in products:
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         key = (str(func), *((tuple(t.shape), t.stride()) for t in tensors))
         count, _ = seen.get(key, (0, None))
@@ -127,13 +127,12 @@ def worker(args) -> None:
             timer.keep = i == args.steps - 1  # the last step's products are replayed
             step(i)
     timed = time.perf_counter() - start
-    last_tokens = batches[(args.steps - 1) % len(batches)].n_tgt_tokens
     last_in_step = sum(p[-1] for p in timer.products)
     flops = sum(2 * b * m * k * n for b, m, k, n in
                 (product_dims(p[0], p[2]) for p in timer.products))  # fmt: skip
     print(json.dumps({
         "plain_s": plain, "timed_s": timed, "tokens": tokens, "seconds": timer.seconds,
-        "last": {"tokens": last_tokens, "flops": flops, "in_step_s": last_in_step,
+        "last": {"flops": flops, "in_step_s": last_in_step,
                  "alone_s": replay(timer.products)},
     }))  # fmt: skip
 

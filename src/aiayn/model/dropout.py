@@ -77,10 +77,15 @@ class Dropout(nn.Module):
         return f"p={self.p}"
 
 
+def _dropping_values(p: float) -> int:
+    """How many of the 2^16 values of an element's 16 random bits drop it: p * 2^16, rounded."""
+    return round(p * 2**16)
+
+
 def drop_probability(p: float) -> float:
     """The probability with which `keep_mask` drops an element: p rounded to a multiple of
     2^-16, the resolution of its 16 random bits."""
-    return round(p * 2**16) / 2**16
+    return _dropping_values(p) / 2**16
 
 
 def keep_mask(
@@ -88,7 +93,7 @@ def keep_mask(
 ) -> Tensor:
     """Mask, 1 (True) with probability 1 - drop_probability(p), else 0, from 16 bits per
     element; in `dtype`."""
-    threshold = -(2**15) + round(p * 2**16)
+    threshold = -(2**15) + _dropping_values(p)
     if threshold > 2**15 - 1:  # p (rounded) is 1: nothing survives
         return torch.zeros(shape, dtype=dtype, device=device)
     n = shape.numel()
