@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/train_speed.py [--sizes small,base] [--device cpu|cuda]
         [--dtype float32|bfloat16] [--tokens 4000] [--vocab 8000] [--steps 4] [--turns 3]
-        [--isolation process|shared] [--compile [MODE]]
+        [--isolation process|shared] [--compile [MODE]] [--systems aiayn,hf_marian,...]
 
 One training step = forward, label-smoothed (0.1) cross-entropy over the real target tokens,
 backward, Adam (0.9, 0.98, 1e-9; PyTorch's fused Adam for every system, as aiayn's trainer
@@ -122,8 +122,8 @@ def peer_loss(logits, batch) -> torch.Tensor:
     )  # fmt: skip
 
 
-def aiayn_loss(model: Transformer, b) -> torch.Tensor:
-    return real_token_loss(model, b.src, b.tgt_in, b.positions, b.target, EPS_LS)[0]
+def aiayn_loss(model: Transformer, b, compiled: bool = False) -> torch.Tensor:
+    return real_token_loss(model, b.src, b.tgt_in, b.positions, b.target, EPS_LS, compiled)[0]
 
 
 def steppers(
@@ -160,7 +160,10 @@ def steppers(
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
                                      fused=True)  # fmt: skip
         forward = forwards[name]
-        if compile_mode:
+        if compile_mode and name.startswith("aiayn"):
+            # aiayn's own option, what `train.compile` runs (the mode is torch's default).
+            forward = lambda m, b: aiayn_loss(m, b, compiled=True)  # noqa: E731
+        elif compile_mode:
             forward = torch.compile(forward, mode=compile_mode)
         out[name] = (model, optimizer, forward)
     return out
@@ -212,13 +215,15 @@ def measure(systems: dict, batches: list, args, dtype: torch.dtype) -> tuple[dic
     flops, flop_tokens = 0, 0
     # Untimed passes over every batch: a shape's first step pays for kernel plans (cuDNN
     # attention, oneDNN) that a long run pays once. aiayn's FLOPs counted on its last one.
+    # The FLOPs are counted on the eager step: under the counter's dispatch mode compiled
+    # code recompiles, and afterwards fell back to eager (seen with torch 2.11 on an H100).
     warmup = args.warmup * len(batches)
     for i in range(warmup):
         b = batches[i % len(batches)]
         for name, (model, optimizer, forward) in systems.items():
             if name == "aiayn" and i == warmup - 1:
                 with FlopCounterMode(display=False) as counter:
-                    train_step(model, optimizer, forward, b, dtype)
+                    train_step(model, optimizer, aiayn_loss, b, dtype)
                 flops, flop_tokens = counter.get_total_flops(), b.n_tgt_tokens
             else:
                 train_step(model, optimizer, forward, b, dtype)
@@ -245,10 +250,11 @@ def isolated(size: str, args) -> tuple[dict, int, int]:
     each is measured so; taking turns, `args.turns` times, still spreads the machine's noise
     over all of them.
     """
-    rates: dict[str, list[float]] = {name: [] for name in SYSTEMS}
+    names = args.systems.split(",")
+    rates: dict[str, list[float]] = {name: [] for name in names}
     flops, flop_tokens = 0, 0
     for _ in range(args.turns):
-        for name in SYSTEMS:
+        for name in names:
             command = [
                 sys.executable, __file__, "--worker", name, "--sizes", size,
                 "--device", args.device, "--dtype", args.dtype, "--tokens", str(args.tokens),
@@ -277,6 +283,18 @@ def worker(args) -> None:
     print(json.dumps({"rates": rates[args.worker], "flops": flops, "flop_tokens": flop_tokens}))
 
 
+def ratios(median: dict[str, float]) -> dict[str, float]:
+    """The ratios of the systems that ran: aiayn over each peer, and aiayn with attention
+    biases over MarianMT (which has them)."""
+    pairs = [("aiayn", "hf_marian"), ("aiayn", "torch_nn_transformer"),
+             ("aiayn_attention_bias", "hf_marian")]  # fmt: skip
+    short = {"torch_nn_transformer": "torch"}
+    return {
+        f"ratio_{a}_over_{short.get(b, b)}": round(median[a] / median[b], 3)
+        for a, b in pairs if a in median and b in median
+    }
+
+
 def bench_size(size: str, args, dtype: torch.dtype) -> dict:
     if args.isolation == "process":
         rates, flops, flop_tokens = isolated(size, args)
@@ -284,7 +302,7 @@ def bench_size(size: str, args, dtype: torch.dtype) -> dict:
     else:
         torch.manual_seed(0)
         batches = prepared_batches(args)
-        systems = steppers(size, args.device, args.compile, args.vocab)
+        systems = steppers(size, args.device, args.compile, args.vocab, args.systems.split(","))
         rates, flops, flop_tokens = measure(systems, batches, args, dtype)
     median = {name: round(statistics.median(r), 1) for name, r in rates.items()}
     real = sum(b.n_tgt_tokens for b in batches)
@@ -292,11 +310,7 @@ def bench_size(size: str, args, dtype: torch.dtype) -> dict:
     return {
         "dims": dict(zip(("d_model", "heads", "d_ff", "layers"), SIZES[size])),
         "tokens_per_s_median": median,
-        "ratio_aiayn_over_hf_marian": round(median["aiayn"] / median["hf_marian"], 3),
-        "ratio_aiayn_over_torch": round(median["aiayn"] / median["torch_nn_transformer"], 3),
-        "ratio_aiayn_attention_bias_over_hf_marian": round(
-            median["aiayn_attention_bias"] / median["hf_marian"], 3
-        ),
+        **ratios(median),
         "aiayn_flops_per_token": round(flops / flop_tokens),
         "aiayn_flops_per_s": median["aiayn"] * flops / flop_tokens,
         "target_tokens_per_batch_mean": round(real / len(batches)),
@@ -321,10 +335,17 @@ def main() -> None:
                         "in this one, interleaved step by step")  # fmt: skip
     parser.add_argument("--turns", type=int, default=3,
                         help="turns of the systems with --isolation process")
+    parser.add_argument("--systems", default=",".join(SYSTEMS),
+                        help="which systems to run (comma-separated; aiayn always)")
     parser.add_argument("--worker", choices=SYSTEMS, help=argparse.SUPPRESS)  # internal
     parser.add_argument("--compile", nargs="?", const="default", default=None, metavar="MODE",
-                        help="torch.compile every system (mode: default, reduce-overhead, ...)")
+                        help="torch.compile every system: aiayn as `train.compile` does it, "
+                        "the peers' whole forward and loss (in MODE: default, "
+                        "reduce-overhead, ...)")  # fmt: skip
     args = parser.parse_args()
+    names = args.systems.split(",")
+    if "aiayn" not in names or set(names) - set(SYSTEMS):
+        parser.error(f"--systems: aiayn and any of {', '.join(SYSTEMS[1:])}, got {args.systems}")
     if args.worker:
         return worker(args)
     dtype = getattr(torch, args.dtype)

@@ -163,3 +163,42 @@ def test_projected_loss_second_derivatives_raise_rather_than_come_out_zero():
     (grad_h,) = torch.autograd.grad(smoothed, h, create_graph=True)
     with pytest.raises(RuntimeError, match="does not require grad"):
         torch.autograd.grad(grad_h.sum(), w)
+
+
+def test_compiled_projected_loss_equals_the_full_logits_path():
+    """`compiled=True` (`train.compile`): the chunk's work through torch.compile gives the
+    loss and gradients of the full logits (float64, chunks that do not divide the rows),
+    and without gradients the same sums."""
+    torch.manual_seed(2)
+    hidden = torch.randn(23, 6, dtype=torch.float64)
+    weight = torch.randn(11, 6, dtype=torch.float64)
+    target = torch.randint(0, 11, (23,))
+    expected = _reference(hidden, weight, target, 0.1)
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    smoothed, nll = projected_label_smoothed_loss(h, w, target, 0.1, chunk_rows=7, compiled=True)
+    smoothed.backward()
+    for got, want in zip((smoothed, nll, h.grad, w.grad), expected):
+        torch.testing.assert_close(got, want)
+    with torch.no_grad():
+        got = projected_label_smoothed_loss(hidden, weight, target, 0.1, 7, compiled=True)
+    torch.testing.assert_close(got, expected[:2])
+
+
+def test_compiled_projected_loss_under_autocast_rounds_p_minus_q_as_the_eager_one():
+    """Under bf16 autocast both paths round p - q (with its -eps/(V-1)) to bf16 before the
+    products: the same loss, and gradients equal up to that rounding."""
+    torch.manual_seed(3)
+    hidden, weight = torch.randn(20, 16), torch.randn(10, 16)
+    target = torch.randint(0, 10, (20,))
+    results = []
+    for compiled in (False, True):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            smoothed, nll = projected_label_smoothed_loss(h, w, target, 0.1, 6, compiled)
+        smoothed.backward()
+        results.append((smoothed, nll, h.grad, w.grad))
+    eager, compiled = results
+    torch.testing.assert_close(compiled[:2], eager[:2])
+    for got, want in zip(compiled[2:], eager[2:]):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want, atol=1e-2, rtol=1e-2)

@@ -19,7 +19,9 @@ from aiayn.errors import CheckpointError, ConfigError, TrainingError
 from aiayn.train import distributed
 from aiayn.train.loss import label_smoothed_loss
 from aiayn.train.trainer import Trainer, train
-from aiayn.train.validate import real_token_loss
+from aiayn.model.transformer import Transformer
+from aiayn.train.validate import real_positions, real_token_loss
+from conftest import tiny_model_config
 from tiny_run import one_thread, prepared_data, tiny_config  # noqa: F401 (autouse fixture)
 
 
@@ -165,3 +167,38 @@ def test_cli_train_then_resume_with_overrides(data, tmp_path, capsys):
     assert load_checkpoint(tmp_path / "run" / "checkpoints" / "step-000005").meta["step"] == 5
     assert main(["train"]) == 2
     assert "give a PRESET_OR_CONFIG, or --resume DIR" in capsys.readouterr().err
+
+
+def test_train_compile_runs_the_loss_compiled(data, tmp_path, monkeypatch):
+    """`train.compile` reaches `real_token_loss`; here the loss then runs eagerly, since
+    what compiling computes is pinned by the test below and tests/test_loss.py."""
+    flags = []
+
+    def loss(*args):
+        flags.append(args[6])
+        return real_token_loss(*args[:6])
+
+    monkeypatch.setattr(trainer_module, "real_token_loss", loss)
+    train(tiny_config(data, tmp_path / "compiled", "train.compile=true", "train.max_steps=2"))
+    train(tiny_config(data, tmp_path / "eager", "train.max_steps=2"))
+    assert set(flags[: len(flags) // 2]) == {True} and set(flags[len(flags) // 2 :]) == {False}
+
+
+def test_compiled_real_token_loss_gives_the_eager_loss_and_gradients():
+    """The network compiled (one graph, dynamic shapes) computes what it computes eagerly:
+    two batches of different shapes, padding in each."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_model_config())  # no dropout: the two runs are comparable
+    for batch, src_len, tgt_len in ((3, 7, 5), (2, 9, 6)):
+        src = torch.randint(4, 23, (batch, src_len))
+        tgt = torch.randint(4, 23, (batch, tgt_len + 1))
+        src[0, -2:] = tgt[1, -2:] = 0  # padding in both
+        positions, target = real_positions(tgt[:, 1:], 0, torch.device("cpu"))
+        results = []
+        for compiled in (False, True):
+            model.zero_grad()
+            smoothed, nll = real_token_loss(model, src, tgt[:, :-1], positions, target, 0.1,
+                                            compiled)  # fmt: skip
+            smoothed.backward()
+            results.append((smoothed, nll, *(p.grad for p in model.parameters())))
+        torch.testing.assert_close(results[1], results[0], rtol=1e-5, atol=1e-6)

@@ -92,12 +92,14 @@ def resume_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
 class _RealTokenLoss(nn.Module):
     """What DistributedDataParallel wraps: the model and loss over the real positions."""
 
-    def __init__(self, model: Transformer, eps: float) -> None:
+    def __init__(self, model: Transformer, eps: float, compiled: bool) -> None:
         super().__init__()
-        self.model, self.eps = model, eps
+        self.model, self.eps, self.compiled = model, eps, compiled
 
     def forward(self, src, tgt_in, positions, target):  # -> (smoothed sum, NLL sum)
-        return real_token_loss(self.model, src, tgt_in, positions, target, self.eps)
+        return real_token_loss(
+            self.model, src, tgt_in, positions, target, self.eps, self.compiled
+        )
 
 
 @dataclass
@@ -142,7 +144,7 @@ class Trainer:
         self.resumed_from = None
         if resume is not None:
             self.resumed_from = restore(self, resume_candidates(resume))
-        self.forward = _RealTokenLoss(self.model, t.eps_ls)
+        self.forward = _RealTokenLoss(self.model, t.eps_ls, t.compile)
         if env.distributed:
             self.forward = distributed.wrap_ddp(self.forward, env)
         self.checkpoints = RunCheckpoints(t.out_dir, t.keep_last)

@@ -9,6 +9,7 @@ quick signal, below what beam search on the full set gives (`aiayn evaluate` for
 
 from __future__ import annotations
 
+import functools
 from contextlib import AbstractContextManager
 
 import numpy as np
@@ -86,12 +87,29 @@ def real_token_hidden(
 
 def real_token_loss(
     model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor, positions: torch.Tensor,
-    target: torch.Tensor, eps: float,
+    target: torch.Tensor, eps: float, compiled: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(smoothed sum, NLL sum) over the real target positions: `real_token_hidden`, then the
-    projection and loss together, a chunk of tokens at a time (`train/loss.py`)."""
-    hidden = real_token_hidden(model, src, tgt_in, positions)  # (n_tokens, d_model)
-    return projected_label_smoothed_loss(hidden, model.output_weight, target, eps)
+    projection and loss together, a chunk of tokens at a time (`train/loss.py`).
+
+    `compiled` (`train.compile`): both run through `torch.compile`, the network as one
+    graph for every batch shape, and the loss's work between its two products (see
+    `projected_label_smoothed_loss`), so that the element-wise ops around the matrix
+    products (dropout, residual sums, LayerNorm, casts) run as fused kernels. The chunked
+    loss itself stays eager: its products and hand-written gradients are already lean.
+    """
+    hidden_of = _compiled_real_token_hidden() if compiled else real_token_hidden
+    hidden = hidden_of(model, src, tgt_in, positions)  # (n_tokens, d_model)
+    return projected_label_smoothed_loss(
+        hidden, model.output_weight, target, eps, compiled=compiled
+    )
+
+
+@functools.cache
+def _compiled_real_token_hidden():
+    """`real_token_hidden` compiled once per process; dynamic=True: one graph serves the
+    trainer's many (batch, length) shapes instead of a recompilation for each."""
+    return torch.compile(real_token_hidden, dynamic=True)
 
 
 @torch.no_grad()
