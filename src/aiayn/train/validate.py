@@ -92,8 +92,8 @@ def real_token_loss(
     """(smoothed sum, NLL sum) over the real target positions: `real_token_hidden`, then the
     projection and loss together, a chunk of tokens at a time (`train/loss.py`).
 
-    `compiled` (`train.compile`): both run through `torch.compile`, the network as one
-    graph for every batch shape, and the loss's work between its two products (see
+    `compiled` (`train.compile`): both run through `torch.compile`, the network as a graph
+    with dynamic shapes (not one per batch shape), and the loss's work between its two products (see
     `projected_label_smoothed_loss`), so that the element-wise ops around the matrix
     products (dropout, residual sums, LayerNorm, casts) run as fused kernels. The chunked
     loss itself stays eager: its products and hand-written gradients are already lean.
@@ -107,8 +107,9 @@ def real_token_loss(
 
 @functools.cache
 def _compiled_real_token_hidden():
-    """`real_token_hidden` compiled once per process; dynamic=True: one graph serves the
-    trainer's many (batch, length) shapes instead of a recompilation for each."""
+    """`real_token_hidden` compiled once per process; dynamic=True: a graph serves the
+    trainer's many (batch, length) shapes instead of a recompilation for each (torch 2.11
+    made two, for source lengths that are and are not multiples of 8)."""
     return torch.compile(real_token_hidden, dynamic=True)
 
 
