@@ -40,10 +40,15 @@ def even_budget(data: Path) -> int:
     raise AssertionError("no budget with an even batch count")
 
 
-def test_two_ranks_equal_one_process_with_twice_the_accumulation(tmp_path):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_two_ranks_equal_one_process_with_twice_the_accumulation(tmp_path, compiled):
+    """Also with `train.compile` on the ranks (DDP around the compiled network), against
+    the eager single process."""
     data = prepared_data(tmp_path / "data")
     common = ("train.max_steps=3", "model.p_drop=0.0", f"data.max_tokens={even_budget(data)}")
-    save_yaml(tiny_config(data, tmp_path / "ddp", *common, "train.accum_steps=1"), tmp_path / "c.yaml")
+    ranks = tiny_config(data, tmp_path / "ddp", *common, "train.accum_steps=1",
+                        f"train.compile={str(compiled).lower()}")  # fmt: skip
+    save_yaml(ranks, tmp_path / "c.yaml")
     command = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
         "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
