@@ -250,11 +250,10 @@ def isolated(size: str, args) -> tuple[dict, int, int]:
     each is measured so; taking turns, `args.turns` times, still spreads the machine's noise
     over all of them.
     """
-    names = args.systems.split(",")
-    rates: dict[str, list[float]] = {name: [] for name in names}
+    rates: dict[str, list[float]] = {name: [] for name in args.systems}
     flops, flop_tokens = 0, 0
     for _ in range(args.turns):
-        for name in names:
+        for name in args.systems:
             command = [
                 sys.executable, __file__, "--worker", name, "--sizes", size,
                 "--device", args.device, "--dtype", args.dtype, "--tokens", str(args.tokens),
@@ -302,7 +301,7 @@ def bench_size(size: str, args, dtype: torch.dtype) -> dict:
     else:
         torch.manual_seed(0)
         batches = prepared_batches(args)
-        systems = steppers(size, args.device, args.compile, args.vocab, args.systems.split(","))
+        systems = steppers(size, args.device, args.compile, args.vocab, args.systems)
         rates, flops, flop_tokens = measure(systems, batches, args, dtype)
     median = {name: round(statistics.median(r), 1) for name, r in rates.items()}
     real = sum(b.n_tgt_tokens for b in batches)
@@ -343,9 +342,10 @@ def main() -> None:
                         "the peers' whole forward and loss (in MODE: default, "
                         "reduce-overhead, ...)")  # fmt: skip
     args = parser.parse_args()
-    names = args.systems.split(",")
-    if "aiayn" not in names or set(names) - set(SYSTEMS):
-        parser.error(f"--systems: aiayn and any of {', '.join(SYSTEMS[1:])}, got {args.systems}")
+    args.systems = tuple(args.systems.split(","))  # parsed once, here
+    if "aiayn" not in args.systems or set(args.systems) - set(SYSTEMS):
+        parser.error(f"--systems: aiayn and any of {', '.join(SYSTEMS[1:])}, got "
+                     f"{','.join(args.systems)}")  # fmt: skip
     if args.worker:
         return worker(args)
     dtype = getattr(torch, args.dtype)

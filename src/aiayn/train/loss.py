@@ -150,12 +150,12 @@ def _chunk_terms(
     rank-one correction). What `_projected_sums` computes eagerly between the products,
     written for `torch.compile` to fuse (no in-place ops, no `out=`)."""
     log_p = torch.log_softmax(z.to(acc), dim=-1)  # (rows, V)
-    smoothed, nll = _row_losses(log_p, target, eps)
+    smoothed, nll = (t.sum() for t in _row_losses(log_p, target, eps))
     if not with_grad:
-        return smoothed.sum(), nll.sum(), None
+        return smoothed, nll, None
     classes = torch.arange(z.size(-1), device=z.device)  # (V,)
     q = torch.where(classes == target[:, None], 1.0 - eps, off)  # (rows, V)
-    return smoothed.sum(), nll.sum(), (log_p.exp() - q).to(z.dtype)
+    return smoothed, nll, (log_p.exp() - q).to(z.dtype)
 
 
 @functools.cache

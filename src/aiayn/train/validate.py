@@ -93,9 +93,9 @@ def real_token_loss(
     projection and loss together, a chunk of tokens at a time (`train/loss.py`).
 
     `compiled` (`train.compile`): both run through `torch.compile`, the network as a graph
-    with dynamic shapes (not one per batch shape), and the loss's work between its two products (see
-    `projected_label_smoothed_loss`), so that the element-wise ops around the matrix
-    products (dropout, residual sums, LayerNorm, casts) run as fused kernels. The chunked
+    with dynamic shapes (not one per batch shape), and the loss's work between its two
+    products (see `projected_label_smoothed_loss`), so that the element-wise ops around the
+    matrix products (dropout, residual sums, LayerNorm, casts) run as fused kernels. The chunked
     loss itself stays eager: its products and hand-written gradients are already lean.
     """
     hidden_of = _compiled_real_token_hidden() if compiled else real_token_hidden
