@@ -198,6 +198,44 @@ def test_embeddings_are_scaled_and_tied():
     assert count_parameters(untied) == count_parameters(Transformer(tiny_model_config())) + extra
 
 
+def _assert_xavier_uniform(weight: torch.Tensor, name: str) -> None:
+    """Drawn from U(-a, a), a = sqrt(6 / (fan_in + fan_out)) of this (out, in) matrix."""
+    bound = math.sqrt(6.0 / sum(weight.shape))
+    assert weight.abs().max() <= bound, name
+    # U(-a, a) has std a / sqrt(3); 16k draws put the estimate within ~1% of it.
+    assert weight.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05), name
+
+
+def test_initialisation_is_xavier_per_projection_and_normal_for_embeddings():
+    """The choices of `Transformer.reset_parameters`; each attention matrix W^Q, W^K, W^V
+    on its own, also where one fused weight stacks them (`MultiHeadAttention`)."""
+    torch.manual_seed(0)
+    config = tiny_model_config(d_model=128, n_heads=4, d_ff=256, vocab_size=600,
+                               attention_bias=True)  # fmt: skip
+    model = Transformer(config)
+    d = config.d_model
+    for layer in [*model.encoder, *model.decoder]:
+        for name, module in layer.named_modules():
+            if hasattr(module, "w_qkv"):
+                blocks = module.w_qkv.weight.split(d, dim=0)  # W^Q, W^K, W^V
+            elif hasattr(module, "w_kv"):
+                blocks = (module.w_q.weight, *module.w_kv.weight.split(d, dim=0))
+            else:
+                continue
+            for i, w in enumerate([*blocks, module.w_o.weight]):
+                assert w.shape == (d, d)
+                _assert_xavier_uniform(w, f"{name} matrix {i}")
+        ffn = layer.ffn
+        _assert_xavier_uniform(ffn.w_1.weight, "w_1")
+        _assert_xavier_uniform(ffn.w_2.weight, "w_2")
+    biases = [m.bias for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert biases and all(torch.equal(b, torch.zeros_like(b)) for b in biases)
+    # normal(0, d_model^-0.5): unit-variance entries once scaled by sqrt(d_model) (sec. 3.4)
+    assert model.src_embed.weight.std().item() == pytest.approx(d**-0.5, rel=0.05)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert norms and all(torch.equal(n.weight, torch.ones_like(n.weight)) for n in norms)
+
+
 def test_post_ln_has_no_final_layer_norm_and_pre_ln_has_one():
     post = Transformer(tiny_model_config())
     pre = Transformer(tiny_model_config(norm="pre"))

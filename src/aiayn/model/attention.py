@@ -76,6 +76,24 @@ class MultiHeadAttention(nn.Module):
         else:
             self.w_qkv = nn.Linear(d_model, n_heads * (2 * d_k + d_v), bias=bias)
         self.w_o = nn.Linear(n_heads * d_v, d_model, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform for each of W^Q, W^K, W^V and W^O (sec. 3.2.2's matrices), biases
+        zero. The fused projections are initialised block by block, as the separate
+        (heads * d_k, d_model) matrices they stack: Xavier over the fused (3 * heads * d_k,
+        d_model) matrix would draw from a narrower range (std 0.031 instead of 0.044 at
+        d_model 512), and cross-attention's W^Q would differ in scale from its W^K and W^V.
+        """
+        h_dk, h_dv = self.n_heads * self.d_k, self.n_heads * self.d_v
+        blocks = [(self.w_q, [h_dk]), (self.w_kv, [h_dk, h_dv])] if self.cross else [
+            (self.w_qkv, [h_dk, h_dk, h_dv])
+        ]
+        for linear, sizes in [*blocks, (self.w_o, [self.w_o.out_features])]:
+            for weight in linear.weight.split(sizes, dim=0):  # views: initialised in place
+                nn.init.xavier_uniform_(weight)
+            if linear.bias is not None:
+                nn.init.zeros_(linear.bias)
 
     def _heads(self, x: Tensor, dim: int) -> Tensor:
         # (batch, len, heads * dim) -> (batch, heads, len, dim)

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
+from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.cache import KVCache, LayerCache
 from aiayn.model.dropout import Dropout
 from aiayn.model.layers import DecoderLayer, Embedding, EncoderLayer, PositionalEncoding
@@ -49,7 +50,8 @@ class Transformer(nn.Module):
         """Initialisation (the paper does not state one; these are tensor2tensor's choices).
 
         Linear weights: Xavier-uniform, which keeps activation variance about constant
-        through each projection; biases zero. Embeddings: normal(0, d_model^-0.5), so that
+        through each projection (each of attention's W^Q, W^K, W^V on its own, also where
+        they are fused: `MultiHeadAttention.reset_parameters`); biases zero. Embeddings: normal(0, d_model^-0.5), so that
         after the sqrt(d_model) scaling (sec. 3.4) token vectors have unit-variance entries,
         on the same scale as the sinusoids they are added to, and the tied pre-softmax
         projection starts with logits of about unit variance. LayerNorm: gain 1, bias 0.
@@ -60,6 +62,9 @@ class Transformer(nn.Module):
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.LayerNorm):
+                module.reset_parameters()
+        for module in self.modules():  # after the loop above, which also visits their Linears
+            if isinstance(module, MultiHeadAttention):
                 module.reset_parameters()
         std = self.config.d_model**-0.5
         for embed in {self.src_embed, self.tgt_embed}:
