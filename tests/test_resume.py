@@ -21,6 +21,7 @@ import aiayn.train.run_state as run_state
 from aiayn.checkpoint import load_checkpoint, read_trainer_state, read_weights
 from aiayn.cli import main
 from aiayn.config import save_yaml
+from aiayn.errors import ConfigError
 from aiayn.train.checkpoints import resume_candidates, step_checkpoints
 from aiayn.train.trainer import train
 from tiny_run import one_thread, prepared_data, tiny_config  # noqa: F401 (autouse fixture)
@@ -215,3 +216,23 @@ def test_resuming_a_biased_run_without_its_option_names_the_option(data, tmp_pat
                               "train.max_steps=2"))  # fmt: skip
     with pytest.raises(checkpoint.CheckpointError, match="add model.attention_bias=true"):
         train(tiny_config(data, tmp_path / "run", "train.max_steps=4"), resume=first.final_checkpoint)
+
+
+def test_a_new_run_into_a_runs_out_dir_is_refused_and_nothing_there_changes(data, tmp_path):
+    # Mixed in, the new run's pruning would delete its own checkpoints as the oldest (or the
+    # old run's), and its worse model would replace `best/`.
+    old = train(tiny_config(data, tmp_path / "run", "train.max_steps=6",
+                            "train.save_every_steps=2", "train.valid_every_steps=6"))  # fmt: skip
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*")}
+    with pytest.raises(ConfigError, match=r"already holds a run .*step-000006.*--resume"):
+        train(tiny_config(data, tmp_path / "run", "train.max_steps=2"))
+    other = train(tiny_config(data, tmp_path / "other", "train.max_steps=2"))
+    with pytest.raises(ConfigError, match="already holds a run"):  # another run's
+        train(tiny_config(data, tmp_path / "run", "train.max_steps=4"), resume=other.out_dir)
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "run").rglob("*")} == before
+    # continuing the run itself, from its newest or an older checkpoint, is what --resume is for
+    assert train(tiny_config(data, tmp_path / "run", "train.max_steps=8"),
+                 resume=old.out_dir).steps == 8  # fmt: skip
+    older = tmp_path / "run" / "checkpoints" / "step-000006"
+    again = train(tiny_config(data, tmp_path / "run", "train.max_steps=10"), resume=older)
+    assert again.steps == 10

@@ -27,7 +27,7 @@ from aiayn.config import Config, apply_overrides
 from aiayn.errors import ConfigError, TrainingError
 from aiayn.model.transformer import Transformer
 from aiayn.train import distributed
-from aiayn.train.checkpoints import RunCheckpoints, resume_candidates, step_name
+from aiayn.train.checkpoints import RunCheckpoints, resume_candidates, step_checkpoints, step_name
 from aiayn.train.monitor import Monitor, format_summary, perplexity
 from aiayn.train.run_state import (
     LoopState,
@@ -141,13 +141,13 @@ class Trainer:
         self.optimizer = make_optimizer(self.params, t)
         self.scaler = torch.amp.GradScaler(env.device.type, enabled=t.precision == "fp16")
         self.state = LoopState(accum_steps=t.accum_steps or self.data.derived_accum_steps)
-        self.resumed_from = None
-        if resume is not None:
-            self.resumed_from = restore(self, resume_candidates(resume))
+        self.checkpoints = RunCheckpoints(t.out_dir, t.keep_last)
+        candidates = None if resume is None else resume_candidates(resume)
+        self._refuse_another_runs_dir(candidates)
+        self.resumed_from = None if candidates is None else restore(self, candidates)
         self.forward = _RealTokenLoss(self.model, t.eps_ls, t.compile)
         if env.distributed:
             self.forward = distributed.wrap_ddp(self.forward, env)
-        self.checkpoints = RunCheckpoints(t.out_dir, t.keep_last)
         self.batches = self.data.micro_batches()
         self.clock = _Clock()
         self.last_saved: Path | None = None  # a resumed checkpoint of this run counts as saved
@@ -155,6 +155,19 @@ class Trainer:
         if resumed is not None and resumed.parent.resolve() == self.checkpoints.dir.resolve():
             self.last_saved = resumed
         self.signal: int | None = None
+
+    def _refuse_another_runs_dir(self, candidates: list[Path] | None) -> None:
+        """A run's checkpoints in train.out_dir are continued (--resume from that run), never
+        mixed with a new run's: its pruning would delete the new run's checkpoints as the
+        older ones (or the old run's), and `best/` would be overwritten by a worse model."""
+        found = step_checkpoints(self.checkpoints.dir)
+        ours = self.checkpoints.dir.resolve()
+        if found and not (candidates and candidates[0].parent.resolve() == ours):
+            raise ConfigError(
+                f"train.out_dir={self.config.train.out_dir} already holds a run (checkpoints up "
+                f"to {found[-1][1].name}); continue it with --resume "
+                f"{self.config.train.out_dir}, or set another train.out_dir"
+            )
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> TrainResult:
