@@ -2,9 +2,12 @@
 
 import re
 
+import pytest
+
 from aiayn.checkpoint import load_checkpoint
 from aiayn.cli import main
-from aiayn.demo import demo_config
+from aiayn.demo import _claim, demo_config
+from aiayn.errors import ConfigError
 
 
 def test_fast_demo_runs_end_to_end(tmp_path, capsys):
@@ -27,3 +30,32 @@ def test_demo_config_is_the_paper_recipe_at_demo_size(tmp_path):
     assert config.model.norm == "post" and config.model.tie_embeddings
     assert config.data.dir == str(tmp_path / "data")
     assert config.train.out_dir == str(tmp_path / "train")
+
+
+def test_demo_refuses_a_directory_that_is_not_a_demos_and_deletes_nothing(tmp_path, capsys):
+    # A demo replaces its corpus/, data/, train/ and checkpoint/ on every run: an --out that
+    # names some other directory by mistake must lose nothing.
+    other = tmp_path / "project"
+    (other / "data").mkdir(parents=True)
+    (other / "data" / "notes.txt").write_text("keep me")
+    assert main(["demo", "--fast", "--out", str(other)]) == 2
+    assert "not a demo's" in capsys.readouterr().err
+    assert sorted(p.name for p in other.rglob("*")) == ["data", "notes.txt"]
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert main(["demo", "--fast", "--out", str(a_file)]) == 2
+    assert "not a directory" in capsys.readouterr().err and a_file.read_text() == "x"
+    # a demo's own directory (what `make demo` reruns into) is claimed again
+    ours = _claim(tmp_path / "ours")
+    (ours / "checkpoint").mkdir()
+    assert _claim(ours) == ours
+    for extra in [None, "notes.txt"]:  # a demo's from before the mark: only what it writes
+        older = tmp_path / f"older-{extra}"
+        (older / "corpus").mkdir(parents=True)
+        (older / "corpus" / "train.en").write_text("a\n")
+        if extra is None:
+            assert _claim(older) == older
+            continue
+        (older / extra).write_text("not a demo's")
+        with pytest.raises(ConfigError, match="not a demo's"):
+            _claim(older)

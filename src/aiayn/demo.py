@@ -21,6 +21,7 @@ from aiayn.average import average_checkpoints
 from aiayn.config import Config, apply_overrides
 from aiayn.data.demo_corpus import demo_splits, write_splits
 from aiayn.data.prepare import prepare
+from aiayn.errors import ConfigError
 from aiayn.evaluate import score
 from aiayn.train.checkpoints import checkpoints_dir, step_checkpoints
 from aiayn.train.trainer import train
@@ -70,7 +71,7 @@ def demo_config(data_dir: Path, out: Path, fast: bool = False) -> Config:
 
 def run_demo(out: str | Path = "runs/demo", fast: bool = False, examples: int = 5) -> DemoResult:
     """Build the corpus, prepare, train, translate the test split and score it."""
-    out = Path(out)
+    out = _claim(Path(out))
     splits = demo_splits(**(FAST_SIZES if fast else DEMO_SIZES))
     say(f"[1/4] corpus: {len(splits.train)} train / {len(splits.valid)} valid / "
         f"{len(splits.test)} test English->German pairs, generated offline")
@@ -105,6 +106,35 @@ def run_demo(out: str | Path = "runs/demo", fast: bool = False, examples: int = 
     say(f"checkpoint: {checkpoint}  (try: aiayn translate --checkpoint {checkpoint})")
     print(f"BLEU {bleu:.2f}", flush=True)
     return DemoResult(bleu, checkpoint, report, minutes)
+
+
+# Written into a demo's directory: a later demo may replace what is there, nothing else may.
+MARKER = ".aiayn-demo"
+
+
+def _claim(out: Path) -> Path:
+    """`out`, made or found to be a demo's directory. A demo replaces its corpus, data, run
+    and checkpoint on every run; it refuses a directory that holds anything else, so that
+    `--out` naming another directory by mistake deletes nothing."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: not a directory")
+    if out.is_dir() and any(out.iterdir()) and not _is_demos(out):
+        raise ConfigError(
+            f"--out {out}: the directory exists and is not a demo's (no {MARKER} in it); "
+            "a demo replaces what it writes there, so give a new or empty directory"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("written by `aiayn demo`, which may replace this directory\n")
+    return out
+
+
+def _is_demos(out: Path) -> bool:
+    """Marked by a demo, or a demo's from before the mark: only what a demo writes."""
+    if (out / MARKER).is_file():
+        return True
+    names = {path.name for path in out.iterdir()}
+    written = {"corpus", "data", "train", "checkpoint"}
+    return names <= written and (out / "corpus" / "train.en").is_file()
 
 
 def say(text: str) -> None:
