@@ -47,12 +47,37 @@ def test_derived_head_dims_follow_d_model_overrides():
         ("n_layers=0", "model.n_layers must be positive"),
         ("model.d_k=-8", "model.d_k must be positive"),
         ("decode.nbest=5", "need 1 <= nbest <= beam"),
+        ("d_model=[1", "override 'd_model=[1': expected ',' or ']'"),  # not YAML at all
+        ("adam_eps=1e-9x", "train.adam_eps must be float, got '1e-9x'"),
     ],
 )
 def test_bad_overrides_name_the_problem(override, message):
     with pytest.raises(ConfigError) as err:
         load_config("base", [override])
     assert message in str(err.value)
+
+
+def test_numbers_in_exponent_form_and_paths_that_look_like_numbers(tmp_path):
+    # YAML 1.1 (PyYAML) reads `1e-9`, without a dot, as text; `data.dir=2024` as an int.
+    config = apply_overrides(Config(), ["adam_eps=1e-9", "ln_eps=1E-5", "data.dir=2024",
+                                        "train.out_dir='0123'"])  # fmt: skip
+    assert config.train.adam_eps == 1e-9 and config.model.ln_eps == 1e-5
+    assert config.data.dir == "2024" and config.train.out_dir == "0123"
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  adam_eps: 1e-9\n  out_dir: 2024\n")
+    with pytest.raises(ConfigError, match=r"must be str, got 2024 \(quote it: '2024'\)"):
+        load_yaml(path)  # in a file, quoting is the way: `0123` would already be 83 there
+    path.write_text("train:\n  adam_eps: 1e-9\n")
+    assert load_yaml(path).train.adam_eps == 1e-9
+
+
+def test_a_config_that_is_a_directory_or_not_utf8_is_a_clear_error(tmp_path):
+    (tmp_path / "dir.yaml").mkdir()
+    with pytest.raises(ConfigError, match="dir.yaml: cannot read"):
+        load_config(str(tmp_path / "dir.yaml"))
+    (tmp_path / "latin1.yaml").write_bytes(b"# caf\xe9\nmodel:\n  d_model: 512\n")
+    with pytest.raises(ConfigError, match="latin1.yaml: not UTF-8 text"):
+        load_config(str(tmp_path / "latin1.yaml"))
 
 
 def test_yaml_unknown_key_lists_valid_keys(tmp_path):

@@ -11,6 +11,7 @@ across sections, plain `key=value`. Values are parsed as YAML scalars and type-c
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -259,6 +260,10 @@ def load_yaml(path: str | Path) -> Config:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
+    except OSError as err:  # a directory, no permission, an I/O error
+        raise ConfigError(f"{path}: cannot read ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {err}") from None
     return from_dict(data or {}, where=str(path))
@@ -278,14 +283,30 @@ def load_config(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) 
 
 
 def apply_overrides(config: Config, overrides: list[str] | tuple[str, ...]) -> Config:
-    """Apply `key=value` strings; values are YAML scalars (`0.1`, `true`, `[0.9, 0.98]`)."""
+    """Apply `key=value` strings; values are YAML scalars (`0.1`, `true`, `[0.9, 0.98]`),
+    except for text keys (paths), whose value is the text as written (`data.dir=2024`)."""
     values = {}
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ConfigError(f"override {item!r} is not of the form key=value")
-        values[_qualify(key.strip())] = yaml.safe_load(raw) if raw.strip() else None
+        dotted = _qualify(key.strip())
+        values[dotted] = _override_value(dotted, raw, item)
     return _with_values(config, values, "overrides")
+
+
+def _override_value(dotted: str, raw: str, item: str) -> Any:
+    if not raw.strip():
+        return None
+    section, _, key = dotted.partition(".")
+    hint = typing.get_type_hints(_section_type(section))[key]
+    if hint in (str, str | None) and raw.strip()[0] not in "'\"":
+        return raw  # YAML would turn the path `2024` into an int
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        problem = getattr(err, "problem", None) or "not a YAML value"
+        raise ConfigError(f"override {item!r}: {problem}") from None
 
 
 def valid_keys() -> list[str]:
@@ -324,6 +345,9 @@ def _section_type(section: str) -> type:
     return types_[section]
 
 
+_DECIMAL = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
 def _coerce(value: Any, hint: Any, where: str) -> Any:
     """Check `value` against a type hint; ints are accepted for floats, lists for tuples."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -341,8 +365,11 @@ def _coerce(value: Any, hint: Any, where: str) -> Any:
         return tuple(_coerce(v, a, where) for v, a in zip(value, args))
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if hint is float and isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
+        return float(value)  # YAML 1.1 reads `1e-9` (no dot) as text, not a number
     if hint is int and isinstance(value, bool) or not isinstance(value, hint):
-        raise ConfigError(f"{where} must be {hint.__name__}, got {value!r}")
+        quote = f" (quote it: '{value}')" if hint is str and isinstance(value, (int, float)) else ""
+        raise ConfigError(f"{where} must be {hint.__name__}, got {value!r}{quote}")
     return value
 
 
