@@ -15,7 +15,7 @@ import aiayn.train.trainer as trainer_module
 from aiayn.checkpoint import load_checkpoint, read_weights
 from aiayn.cli import main
 from aiayn.config import save_yaml
-from aiayn.errors import CheckpointError, ConfigError, TrainingError
+from aiayn.errors import CheckpointError, ConfigError, DataError, TrainingError
 from aiayn.train import distributed
 from aiayn.train.loss import label_smoothed_loss
 from aiayn.train.trainer import Trainer, train
@@ -151,6 +151,44 @@ def test_k_bad_updates_in_a_row_stop_the_run_and_the_last_good_checkpoint_surviv
     resumed = train(tiny_config(data, tmp_path, "train.max_steps=6", "train.accum_steps=2"),
                     resume=tmp_path)  # fmt: skip
     assert resumed.steps == 6
+
+
+def test_shards_with_another_prepares_vocabulary_files_are_refused(data, tmp_path):
+    # vocab.model and vocab.json copied in from another `prepare`: the same size, but the
+    # shards' ids would mean other subwords, and the checkpoints would carry the wrong one.
+    import shutil
+
+    other = prepared_data(tmp_path / "other", n_train=200)
+    mixed = shutil.copytree(data, tmp_path / "mixed")
+    for name in ("vocab.model", "vocab.json"):
+        shutil.copy(other / name, mixed / name)
+    with pytest.raises(DataError, match="src shards were built with a different vocabulary"):
+        train(tiny_config(mixed, tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_examples_the_run_could_not_take_later_are_refused_before_it_starts(tmp_path):
+    # The valid split is never filtered: a line longer than data.max_tokens used to stop the
+    # run at its first validation, hours in; a line beyond learned positions, with a traceback.
+    import dataclasses
+
+    from aiayn.data.demo_corpus import demo_splits, write_splits
+    from aiayn.data.prepare import prepare
+
+    splits = demo_splits(n_train=200, n_valid=10, n_test=1, seed=3)
+    long = (" ".join(["the cat sat on the mat"] * 12), " ".join(["die Katze sitzt"] * 12))
+    raw = write_splits(dataclasses.replace(splits, valid=[*splits.valid, long]), tmp_path / "raw")
+    data = tmp_path / "data"
+    prepare(train=raw["train"], valid=raw["valid"], vocab_size=400, out=data, workers=1,
+            quiet=True)  # fmt: skip
+    with pytest.raises(DataError, match=r"valid example 10 \(line 11\) has \d+ src positions .*"
+                       r"more than data.max_tokens=60"):  # fmt: skip
+        train(tiny_config(data, tmp_path / "a", "data.max_tokens=60"))
+    learned = ("model.positional=learned", "model.max_len=12")
+    with pytest.raises(DataError, match=r"train example \d+ has \d+ \w+ positions .*max_len=12"):
+        train(tiny_config(data, tmp_path / "b", *learned))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # nothing started
+    assert train(tiny_config(data, tmp_path / "c", "train.max_steps=1")).steps == 1
 
 
 def test_resuming_with_another_architecture_is_refused(data, tmp_path):

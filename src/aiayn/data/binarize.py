@@ -226,6 +226,8 @@ def load_manifest(data_dir: str | Path) -> dict:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise DataError(f"{path}: not valid JSON ({err})") from err
+    if not isinstance(manifest, dict):
+        raise DataError(f"{path}: not a manifest (a JSON object); re-run `aiayn prepare`")
     if manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
         raise DataError(
             f"{path}: format {manifest.get('format')!r} version {manifest.get('version')!r}, "
@@ -242,12 +244,15 @@ def write_manifest(data_dir: str | Path, manifest: dict) -> Path:
 
 
 def load_vocabs(data_dir: str | Path) -> tuple[Vocab, Vocab]:
-    """The (source, target) vocabularies a prepared directory was built with (one if joint)."""
+    """The (source, target) vocabularies a prepared directory was built with (one if joint),
+    checked against the manifest: files copied in from another `prepare` are refused."""
     manifest = load_manifest(data_dir)
     src = Vocab.load(Path(data_dir) / manifest["vocab"]["src"]["file"])
-    if manifest["vocab"]["tgt"]["file"] == manifest["vocab"]["src"]["file"]:
-        return src, src
-    return src, Vocab.load(Path(data_dir) / manifest["vocab"]["tgt"]["file"])
+    tgt = src
+    if manifest["vocab"]["tgt"]["file"] != manifest["vocab"]["src"]["file"]:
+        tgt = Vocab.load(Path(data_dir) / manifest["vocab"]["tgt"]["file"])
+    check_vocab(data_dir, src, tgt)
+    return src, tgt
 
 
 def check_vocab(data_dir: str | Path, src_vocab: Vocab, tgt_vocab: Vocab | None = None) -> None:

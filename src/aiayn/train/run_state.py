@@ -39,7 +39,7 @@ from aiayn.config import Config
 from aiayn.data.batching import Batch, TokenBatchSampler, collate
 from aiayn.data.binarize import BinarizedDataset, load_manifest, load_vocabs
 from aiayn.data.vocab import Vocab
-from aiayn.errors import CheckpointError, ConfigError
+from aiayn.errors import CheckpointError, ConfigError, DataError
 from aiayn.train import distributed
 from aiayn.train.state import capture_rng, optimizer_from_json, optimizer_to_json, restore_rng
 
@@ -103,12 +103,39 @@ def load_run_data(config: Config, env: distributed.DistEnv) -> RunData:
     if "valid" in manifest["splits"]:
         valid = BinarizedDataset(config.data.dir, "valid")
         valid = valid if len(valid) else None
+    _check_lengths(config, train, valid)
     sampler = TokenBatchSampler(
         train.src_lengths, train.tgt_lengths, config.data.max_tokens, seed=config.data.seed,
         rank=env.rank, world_size=env.world_size,
     )  # fmt: skip
     accum = derive_accum_steps(sampler, config.train.update_tokens, env)
     return RunData(config, src_vocab, tgt_vocab, train, valid, sampler, accum)
+
+
+def _check_lengths(config: Config, train: BinarizedDataset, valid: BinarizedDataset | None) -> None:
+    """Refuse, before the first update, examples the run could not take later: a valid one
+    longer than data.max_tokens (the valid split is never filtered, and would otherwise fail
+    at the first validation, hours in), and any longer than learned positions reach."""
+    model = config.model
+    limits = [("data.max_tokens", config.data.max_tokens, [("valid", valid)])]
+    if model.positional == "learned":
+        limits.append(("model.max_len", model.max_len, [("train", train), ("valid", valid)]))
+    for key, limit, splits in limits:
+        for split, dataset in splits:
+            if dataset is None:
+                continue
+            for side in ("src", "tgt"):
+                sizes = getattr(dataset, f"{side}_lengths").astype(int) + 1  # + eos, or bos
+                too_long = (sizes > limit).nonzero()[0]
+                if len(too_long):
+                    i = int(too_long[0])
+                    line = f" (line {i + 1})" if split == "valid" else ""  # never filtered
+                    raise DataError(
+                        f"{config.data.dir}: {split} example {i}{line} has {sizes[i]} {side} "
+                        f"positions "
+                        f"(eos or bos included), more than {key}={limit} ({len(too_long)} such "
+                        f"examples); raise {key}, or shorten them and run `aiayn prepare` again"
+                    )
 
 
 def derive_accum_steps(sampler: TokenBatchSampler, update_tokens: int, env) -> int:
