@@ -26,3 +26,14 @@ def test_info_bad_preset_is_a_clear_error(capsys):
     assert main(["info", "bass"]) == 2
     err = capsys.readouterr().err
     assert "bass" in err and "base" in err and "Traceback" not in err
+
+
+def test_a_second_ctrl_c_ends_any_command_with_one_line_and_code_130(capsys, monkeypatch):
+    # `train` saves on the first Ctrl-C and exits 130 itself; a second one, or one during
+    # `prepare` or `translate`, reaches the command line as KeyboardInterrupt.
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("aiayn.cli._run_info", interrupted)
+    assert main(["info", "base"]) == 130
+    assert capsys.readouterr().err == "aiayn info: interrupted\n"

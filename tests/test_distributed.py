@@ -20,6 +20,8 @@ from aiayn.checkpoint import read_weights
 from aiayn.config import save_yaml
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.binarize import BinarizedDataset
+from aiayn.errors import ConfigError
+from aiayn.train import distributed
 from aiayn.train.trainer import train
 from tiny_run import one_thread, prepared_data, tiny_config  # noqa: F401 (autouse fixture)
 
@@ -169,3 +171,11 @@ def test_train_tears_down_without_the_barrier_when_the_run_fails(monkeypatch, tm
     monkeypatch.setattr(trainer.Trainer, "run", lambda self: "result")
     assert train(config) == "result"
     assert seen == [False, True]
+
+
+def test_a_device_that_cannot_be_used_is_named_before_anything_starts():
+    with pytest.raises(ConfigError, match="train.device='gpu' is not a device"):
+        distributed.setup("gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="train.device='cuda' but no CUDA GPU"):
+            distributed.setup("cuda")

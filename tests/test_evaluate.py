@@ -101,6 +101,23 @@ def test_evaluate_translates_with_a_checkpoint_and_writes_the_hypotheses(tmp_pat
     assert json.loads(capsys.readouterr().out) == report
 
 
+def test_hyp_out_may_not_be_an_input_and_must_be_writable_before_translating(
+    tmp_path, capsys, monkeypatch
+):
+    src, ref = _write(tmp_path / "src.en", REFS), _write(tmp_path / "ref.de", REFS)
+    before = ref.read_bytes()
+    args = ["evaluate", "--hyp", str(ref), "--ref", str(ref)]
+    assert main([*args, "--hyp-out", str(ref)]) == 2  # it would overwrite the references
+    assert "is also an input" in capsys.readouterr().err and ref.read_bytes() == before
+    # an --hyp-out that cannot be written fails before any translating starts
+    translated = []
+    monkeypatch.setattr("aiayn.cli._translator", lambda args: translated.append(args))
+    args = ["evaluate", "--checkpoint", str(tmp_path), "--src", str(src), "--ref", str(ref)]
+    assert main([*args, "--hyp-out", str(tmp_path / "no-dir" / "hyp.de")]) == 2
+    assert "no-dir/hyp.de: No such file or directory" in capsys.readouterr().err
+    assert translated == []
+
+
 def test_mismatched_line_counts_are_an_error(tmp_path, capsys):
     hyp, ref = _write(tmp_path / "h", HYPS[:2]), _write(tmp_path / "r", REFS)
     assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref)]) == 2

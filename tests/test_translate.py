@@ -67,6 +67,61 @@ def test_cli_bad_input_is_a_clear_error(ckpt, tmp_path, capsys):
     assert "latin1.txt: not valid UTF-8" in capsys.readouterr().err
 
 
+def test_cli_refuses_an_output_that_is_its_input_and_names_unwritable_outputs(
+    ckpt, tmp_path, capsys
+):
+    src = tmp_path / "in.txt"
+    src.write_text("the cat\nder Hund\n", encoding="utf-8")
+    args = ["translate", "--checkpoint", str(ckpt), "-i", str(src)]
+    assert main([*args, "-o", str(src)]) == 2  # opened for writing, it would be emptied
+    assert "is also an input" in capsys.readouterr().err
+    assert src.read_text(encoding="utf-8") == "the cat\nder Hund\n"
+    assert main([*args, "-o", str(tmp_path / "no-dir" / "out.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("aiayn translate: error: ") and "no-dir/out.txt: No such file" in err
+    assert main([*args, "-o", str(tmp_path)]) == 2
+    assert "Is a directory" in capsys.readouterr().err
+
+
+def test_cli_names_a_device_it_cannot_use(ckpt, capsys):
+    args = ["translate", "--checkpoint", str(ckpt), "--device"]
+    assert main([*args, "bogus"]) == 2
+    assert "--device='bogus' is not a device; use cpu, cuda or cuda:N" in capsys.readouterr().err
+    assert main([*args, "meta"]) == 2
+    assert "runs on cpu or cuda devices" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main([*args, "cuda:1"]) == 2
+        assert "--device='cuda:1' but no CUDA GPU is available" in capsys.readouterr().err
+
+
+def test_cli_refuses_invalid_utf8_on_stdin_under_a_c_locale(ckpt, monkeypatch, capsys):
+    # Under a C or POSIX locale Python opens stdin with errors="surrogateescape": the bad
+    # byte would reach the tokenizer as a surrogate and fail there, with a traceback.
+    stdin = io.TextIOWrapper(io.BytesIO(b"ok\ncaf\xe9\n"), encoding="utf-8",
+                             errors="surrogateescape")  # fmt: skip
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert main(["translate", "--checkpoint", str(ckpt)]) == 2
+    assert "stdin: not valid UTF-8" in capsys.readouterr().err
+
+
+def test_cli_stops_quietly_when_its_reader_leaves(ckpt, tmp_path):
+    # `aiayn translate ... | head -1`: no BrokenPipeError traceback, exit status 141 (SIGPIPE).
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "aiayn", "translate", "--checkpoint", str(ckpt),
+         "--chunk-lines", "1"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    proc.stdin.write(("the cat\n" * 2000).encode())
+    proc.stdin.close()
+    proc.stdout.readline()
+    proc.stdout.close()
+    assert proc.wait(timeout=120) == 141
+    assert proc.stderr.read() == b""
+
+
 def test_cli_streams_stdin_to_stdout_and_writes_nbest_lists(ckpt, monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(LINES) + "\n"))
     assert main(["translate", "--checkpoint", str(ckpt), "--nbest", "3", "--beam", "4"]) == 0

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 
-from aiayn.errors import AiaynError
+from aiayn.errors import AiaynError, ConfigError, DataError
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -109,7 +111,6 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
-    from aiayn.errors import ConfigError
 
     given = {
         "vocab_size": args.vocab_size, "src": args.src, "tgt": args.tgt,
@@ -165,7 +166,6 @@ def _run_train(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from aiayn.config import load_config
-    from aiayn.errors import ConfigError
     from aiayn.train.trainer import resume_config, train
 
     name, overrides = args.config, list(args.overrides)
@@ -200,7 +200,6 @@ def _run_average(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from aiayn.average import average_checkpoints, last_checkpoints
-    from aiayn.errors import ConfigError
 
     if (args.last is None) == (args.inputs is None) or (args.last is not None) != bool(args.dir):
         raise ConfigError("give either --last N DIR, or --inputs CKPT [CKPT ...]")
@@ -256,16 +255,20 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_translate(args: argparse.Namespace) -> int:
-    from aiayn.errors import ConfigError, DataError
     from aiayn.translate import translate_stream
 
     if args.checkpoint is None:
         raise ConfigError("give --checkpoint DIR")
+    _refuse_output_among_inputs(args.output, args.input)
     translator = _translator(args, args.nbest)
     try:
         source = open(args.input, encoding="utf-8", newline="\n") if args.input else sys.stdin
     except OSError as err:
         raise DataError(f"{args.input}: cannot read ({err.strerror})") from None
+    if source is sys.stdin and hasattr(source, "reconfigure"):
+        # Under a C or POSIX locale Python reads stdin with errors="surrogateescape", so
+        # invalid bytes would reach the model as surrogates instead of being refused.
+        source.reconfigure(encoding="utf-8", errors="strict")
     out = open(args.output, "w", encoding="utf-8", newline="\n") if args.output else sys.stdout
     chunk = args.chunk_lines or (1 if source.isatty() else 256)
     try:
@@ -303,11 +306,13 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
 def _run_evaluate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from aiayn.errors import ConfigError
     from aiayn.evaluate import format_report, read_lines, score
 
     if (args.hyp is None) == (args.checkpoint is None) or (args.checkpoint and not args.src):
         raise ConfigError("give either --checkpoint DIR --src FILE, or --hyp FILE")
+    _refuse_output_among_inputs(args.hyp_out, args.src, args.ref, args.hyp)
+    # Opened before translating: an --hyp-out that cannot be written fails at once.
+    hyp_out = open(args.hyp_out, "w", encoding="utf-8", newline="\n") if args.hyp_out else None
     if args.hyp is not None:
         hyps = read_lines(args.hyp)
     else:
@@ -315,14 +320,24 @@ def _run_evaluate(args: argparse.Namespace) -> int:
 
         # as `read_lines` would read them back from --hyp-out: one line each, right-stripped
         hyps = [one_line(h).rstrip() for h in _translator(args).translate(read_lines(args.src))]
-    if args.hyp_out:
-        Path(args.hyp_out).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    if hyp_out is not None:
+        with hyp_out:
+            hyp_out.write("".join(h + "\n" for h in hyps))
     ref = Path(args.ref)
     suffix = (ref.with_suffix("") if ref.suffix == ".gz" else ref).suffix.lstrip(".")
     lang = args.lang or (suffix if suffix.isalpha() and len(suffix) == 2 else "en")
     report = score(hyps, read_lines(args.ref), lang)
     print(json.dumps(report) if args.json else format_report(report))
     return 0
+
+
+def _refuse_output_among_inputs(output: str | None, *inputs: str | None) -> None:
+    """An output file that is also an input would be emptied before it is read."""
+    if output is None or not os.path.exists(output):
+        return
+    for name in inputs:
+        if name is not None and os.path.exists(name) and os.path.samefile(output, name):
+            raise ConfigError(f"{output}: is also an input ({name}); write the output elsewhere")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -340,6 +355,18 @@ def main(argv: list[str] | None = None) -> int:
     except AiaynError as err:
         print(f"aiayn {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader left (`aiayn translate ... | head -3`): stop quietly, as Unix tools do,
+        # and keep Python from failing again on flushing stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except OSError as err:  # a path the user gave that cannot be read or written
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"aiayn {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # `train` saves on the first Ctrl-C; this is a second one
+        print(f"aiayn {args.command}: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from aiayn.config import DecodeConfig
 from aiayn.data.vocab import Vocab
 from aiayn.decode.search import beam_search, greedy_search
 from aiayn.decode.strategy import Hypothesis
+from aiayn.device import parse_device
 from aiayn.errors import ConfigError
 from aiayn.model.transformer import Transformer
 from aiayn.quantize import check_int8, quantize_int8
@@ -100,6 +101,7 @@ class Translator:
         dtype = parse_dtype(dtype)
         if int8:
             check_int8(device, dtype)  # before loading: a CUDA device may not even exist
+        device = parse_device(device, "--device")
         ckpt = load_checkpoint(path, device=device, dtype=dtype)
         model = quantize_int8(ckpt.model) if int8 else ckpt.model
         given = dict(beam=beam, alpha=alpha, max_len_offset=max_len_offset, min_len=min_len)

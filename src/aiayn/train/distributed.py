@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from aiayn.errors import ConfigError
+from aiayn.device import parse_device
 
 
 _CPU_GROUP: list[Any] = []  # set by `setup` when the default group is nccl
@@ -52,10 +52,8 @@ def setup(device: str = "auto") -> DistEnv:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
+    dev = parse_device(device, "train.device")
     if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ConfigError(f"train.device={device!r} but no CUDA GPU is available")
         if dev.index is None:
             dev = torch.device("cuda", local_rank if world_size > 1 else 0)
         torch.cuda.set_device(dev)
