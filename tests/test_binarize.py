@@ -121,6 +121,17 @@ def test_shards_refuse_a_different_vocabulary(tmp_path: Path, vocab: Vocab) -> N
         bz.check_vocab(tmp_path, other)
 
 
+def test_ids_beyond_the_vocabulary_are_found_before_training(tmp_path: Path, vocab: Vocab) -> None:
+    binarized(tmp_path, pairs(10), vocab)
+    data = bz.BinarizedDataset(tmp_path, "train")
+    data.check_ids(vocab.size, vocab.size)
+    tokens = np.memmap(tmp_path / "train.tgt.bin", dtype=data._tgt.dtype, mode="r+")
+    tokens[3] = vocab.size + 5  # same size, corrupt content
+    tokens.flush()
+    with pytest.raises(DataError, match=rf"train\.tgt\.bin: token id {vocab.size + 5} in a"):
+        bz.BinarizedDataset(tmp_path, "train").check_ids(vocab.size, vocab.size)
+
+
 def test_damaged_directories_are_reported(tmp_path: Path, vocab: Vocab) -> None:
     with pytest.raises(DataError, match="manifest.json: no such file"):
         bz.BinarizedDataset(tmp_path, "train")
@@ -131,8 +142,16 @@ def test_damaged_directories_are_reported(tmp_path: Path, vocab: Vocab) -> None:
         handle.write(b"\0\0")
     with pytest.raises(DataError, match=r"train\.tgt\.bin: \d+ bytes, expected"):
         bz.BinarizedDataset(tmp_path, "train")
+    idx = tmp_path / "train.src.idx"
+    for damaged in (b"", idx.read_bytes()[:-3]):  # empty, or cut inside an offset
+        idx.write_bytes(damaged)
+        with pytest.raises(DataError, match=r"train\.src\.idx: \d+ bytes, not an index"):
+            bz.BinarizedDataset(tmp_path, "train")
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     manifest["version"] = 99
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(DataError, match="version 99"):
+        bz.load_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(DataError, match="manifest.json: not a JSON object"):
         bz.load_manifest(tmp_path)

@@ -1,4 +1,5 @@
 import errno
+import json
 import os
 import pickle
 from pathlib import Path
@@ -6,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import SafetensorError
+from safetensors.torch import save_file
 
 import aiayn.checkpoint as checkpoint
 from aiayn.checkpoint import (
@@ -65,6 +67,21 @@ def test_non_finite_weights_are_refused_and_the_old_checkpoint_survives(tmp_path
         save_checkpoint(path, model, config, vocab, vocab)
     load_checkpoint(path)  # still the good one
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_a_foreign_checkpoints_non_finite_weights_or_odd_version_are_named(tmp_path, vocab):
+    path, model, config = _saved(tmp_path, vocab)
+    weights = checkpoint.read_weights(path)
+    weights["encoder.0.ffn.w_1.weight"][0, 0] = float("inf")
+    save_file(weights, str(path / WEIGHTS))  # written by something other than aiayn
+    with pytest.raises(CheckpointError, match=r"non-finite weights in encoder\.0\.ffn\.w_1"):
+        load_checkpoint(path)
+    path, _, _ = _saved(tmp_path, vocab)
+    meta = json.loads((path / checkpoint.META).read_text())
+    for version, message in (("2", "version '2' is not a number"), (99, "version 99 is newer")):
+        (path / checkpoint.META).write_text(json.dumps({**meta, "version": version}))
+        with pytest.raises(CheckpointError, match=message):
+            load_checkpoint(path)
 
 
 def test_truncated_weights_are_a_clear_error(tmp_path, vocab):

@@ -49,6 +49,13 @@ def test_derived_head_dims_follow_d_model_overrides():
         ("decode.nbest=5", "need 1 <= nbest <= beam"),
         ("d_model=[1", "override 'd_model=[1': expected ',' or ']'"),  # not YAML at all
         ("adam_eps=1e-9x", "train.adam_eps must be float, got '1e-9x'"),
+        ("lr_scale=-1", "train.lr_scale must be >= 0, got -1.0"),  # gradient ascent
+        ("lr_scale=.nan", "train.lr_scale must be >= 0, got nan"),  # NaN passes `< 0`
+        ("clip_norm=.inf", "train.clip_norm must be >= 0, got inf"),
+        ("betas=[0.9, 1.5]", "train.betas must be in [0, 1)"),
+        ("ln_eps=0", "model.ln_eps must be positive"),
+        ("alpha=.nan", "decode.alpha must be >= 0, got nan"),  # blank translations
+        ("decode.min_len=-1", "decode.min_len must be >= 0"),
     ],
 )
 def test_bad_overrides_name_the_problem(override, message):

@@ -141,19 +141,25 @@ def test_k_bad_updates_in_a_row_stop_the_run_and_the_last_good_checkpoint_surviv
     monkeypatch.setattr(trainer_module, "real_token_loss", _nan_after(calls, 8))
     config = tiny_config(data, tmp_path, "train.save_every_steps=1", "train.max_bad_steps=3",
                          "train.accum_steps=2", "train.max_steps=50")  # fmt: skip
-    with pytest.raises(TrainingError, match="3 updates in a row had a non-finite loss"):
+    with pytest.raises(TrainingError, match=r"3 updates in a row had a non-finite loss .*"
+                       r"the last good checkpoint is \S+step-000004\. Lower"):  # fmt: skip
         train(config)
     names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
     assert names[-1] == "step-000004"  # updates 1-4 were good
     ckpt = load_checkpoint(tmp_path / "checkpoints" / "step-000004")
     assert all(p.isfinite().all() for p in ckpt.model.parameters())
+    calls.clear()  # bad from the first update: nothing saved to point to
+    config = tiny_config(data, tmp_path / "early", "train.max_bad_steps=2", "train.accum_steps=2")
+    monkeypatch.setattr(trainer_module, "real_token_loss", _nan_after(calls, 0))
+    with pytest.raises(TrainingError, match="no checkpoint had been saved yet"):
+        train(config)
     monkeypatch.setattr(trainer_module, "real_token_loss", real_token_loss)
     resumed = train(tiny_config(data, tmp_path, "train.max_steps=6", "train.accum_steps=2"),
                     resume=tmp_path)  # fmt: skip
     assert resumed.steps == 6
 
 
-def test_shards_with_another_prepares_vocabulary_files_are_refused(data, tmp_path):
+def test_shards_with_another_vocabulary_or_ids_it_lacks_are_refused(data, tmp_path):
     # vocab.model and vocab.json copied in from another `prepare`: the same size, but the
     # shards' ids would mean other subwords, and the checkpoints would carry the wrong one.
     import shutil
@@ -165,6 +171,12 @@ def test_shards_with_another_prepares_vocabulary_files_are_refused(data, tmp_pat
     with pytest.raises(DataError, match="src shards were built with a different vocabulary"):
         train(tiny_config(mixed, tmp_path / "run"))
     assert not (tmp_path / "run").exists()
+    corrupt = shutil.copytree(data, tmp_path / "corrupt")  # an id the vocabulary lacks
+    tokens = bytearray((corrupt / "valid.tgt.bin").read_bytes())
+    tokens[-2:] = (60000).to_bytes(2, "little")  # uint16 shards
+    (corrupt / "valid.tgt.bin").write_bytes(bytes(tokens))
+    with pytest.raises(DataError, match="valid.tgt.bin: token id 60000 in a 400-token"):
+        train(tiny_config(corrupt, tmp_path / "run"))
 
 
 def test_examples_the_run_could_not_take_later_are_refused_before_it_starts(tmp_path):

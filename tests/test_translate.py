@@ -83,12 +83,14 @@ def test_cli_refuses_an_output_that_is_its_input_and_names_unwritable_outputs(
     assert "Is a directory" in capsys.readouterr().err
 
 
-def test_cli_names_a_device_it_cannot_use(ckpt, capsys):
+def test_cli_names_a_device_it_cannot_use_and_a_chunk_of_no_lines(ckpt, capsys):
     args = ["translate", "--checkpoint", str(ckpt), "--device"]
     assert main([*args, "bogus"]) == 2
     assert "--device='bogus' is not a device; use cpu, cuda or cuda:N" in capsys.readouterr().err
     assert main([*args, "meta"]) == 2
     assert "runs on cpu or cuda devices" in capsys.readouterr().err
+    no_lines = ["translate", "--checkpoint", str(ckpt), "--chunk-lines", "0"]
+    assert main(no_lines) == 2 and "--chunk-lines must be at least 1" in capsys.readouterr().err
     if not torch.cuda.is_available():
         assert main([*args, "cuda:1"]) == 2
         assert "--device='cuda:1' but no CUDA GPU is available" in capsys.readouterr().err

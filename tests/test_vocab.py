@@ -103,6 +103,13 @@ def test_replaced_model_file_is_detected(vocab: Vocab, tmp_path: Path) -> None:
     path.write_bytes(other.model_bytes)
     with pytest.raises(DataError, match="the model file was replaced"):
         Vocab.load(path)
+    path.write_bytes(vocab.model_bytes)
+    meta = tmp_path / "vocab.json"
+    damages = [('{"sha256": "ab', "unreadable or not valid JSON"), ("[1]", "not a JSON object")]
+    for damaged, message in damages:
+        meta.write_text(damaged)  # truncated, or not an object: named, not a traceback
+        with pytest.raises(DataError, match=f"vocab.json: {message}"):
+            Vocab.load(path)
 
 
 def test_same_seed_same_model_even_when_sampling() -> None:

@@ -35,6 +35,7 @@ from safetensors.torch import load_file, save_file
 from aiayn.config import Config, from_dict, to_dict
 from aiayn.data.vocab import Vocab
 from aiayn.errors import AiaynError, CheckpointError
+from aiayn.jsonfile import read_object
 from aiayn.model.transformer import Transformer
 
 FORMAT = "aiayn-checkpoint"
@@ -97,7 +98,7 @@ def save_weights_checkpoint(
     trainer_tensors: dict[str, torch.Tensor] | None = None,
 ) -> Path:
     """`save_checkpoint` from a weights dict (e.g. an average of several checkpoints)."""
-    bad = [name for name, t in weights.items() if t.is_floating_point() and not t.isfinite().all()]
+    bad = _non_finite(weights)
     if bad:
         raise CheckpointError(f"refusing to save non-finite weights in {', '.join(bad[:5])}")
     path = Path(path)
@@ -140,7 +141,11 @@ def load_checkpoint(
     config = read_config(path)
     src_vocab, tgt_vocab = read_vocabs(path, config)
     model = Transformer(config.model)
-    load_weights_into(model, read_weights(path), path)
+    weights = read_weights(path)
+    bad = _non_finite(weights)  # aiayn never saves such weights; another writer might have
+    if bad:
+        raise CheckpointError(f"{path}: non-finite weights in {', '.join(bad[:5])}")
+    load_weights_into(model, weights, path)
     model.to(device=device, dtype=dtype).eval()
     return Checkpoint(model, config, src_vocab, tgt_vocab, meta)
 
@@ -159,6 +164,8 @@ def read_meta(path: Path) -> dict[str, Any]:
     meta = _read_json(path / META)
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{path / META}: format is {meta.get('format')!r}, not {FORMAT!r}")
+    if not isinstance(meta.get("version", 0), int):
+        raise CheckpointError(f"{path / META}: version {meta['version']!r} is not a number")
     if meta.get("version", 0) > VERSION:
         raise CheckpointError(
             f"{path}: checkpoint version {meta['version']} is newer than this aiayn ({VERSION})"
@@ -198,6 +205,11 @@ def read_vocabs(path: Path, config: Config) -> tuple[Vocab, Vocab]:
             f"(src_vocab_size, vocab_size) = {(config.model.src_vocab_size, config.model.vocab_size)}"
         )
     return src_vocab, tgt_vocab
+
+
+def _non_finite(weights: dict[str, torch.Tensor]) -> list[str]:
+    """Names of the floating-point tensors holding a NaN or an infinity."""
+    return [name for name, t in weights.items() if t.is_floating_point() and not t.isfinite().all()]
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -252,13 +264,7 @@ def read_trainer_state(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tens
 
 
 def _read_json(file: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(file.read_text("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{file}: unreadable or truncated JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise CheckpointError(f"{file}: expected a JSON object")
-    return data
+    return read_object(file, CheckpointError)
 
 
 def _write_json(file: Path, data: dict[str, Any]) -> None:

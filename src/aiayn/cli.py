@@ -259,6 +259,8 @@ def _run_translate(args: argparse.Namespace) -> int:
 
     if args.checkpoint is None:
         raise ConfigError("give --checkpoint DIR")
+    if args.chunk_lines is not None and args.chunk_lines < 1:
+        raise ConfigError(f"--chunk-lines must be at least 1, got {args.chunk_lines}")
     _refuse_output_among_inputs(args.output, args.input)
     translator = _translator(args, args.nbest)
     try:

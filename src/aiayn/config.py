@@ -11,6 +11,7 @@ across sections, plain `key=value`. Values are parsed as YAML scalars and type-c
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -59,10 +60,8 @@ class ModelConfig:
     pad_id: int = 0
 
     def __post_init__(self) -> None:
-        positive = ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
+        _check_ranges(self, "model", ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers",
+                                      "max_len", "ln_eps"), ())  # fmt: skip
         for name in ("src_vocab_size", "d_k", "d_v"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")
@@ -141,17 +140,15 @@ class TrainConfig:
             raise ConfigError(f"train.eps_ls must be in [0, 1), got {self.eps_ls}")
         if self.warmup <= 0:
             raise ConfigError(f"train.warmup must be positive, got {self.warmup}")
-        positive = ("update_tokens", "max_steps", "keep_last", "max_bad_steps", "log_every_steps")
-        for name in positive:
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"train.{name} must be positive, got {getattr(self, name)}")
-        non_negative = (
-            "max_epochs", "max_time_minutes", "accum_steps", "clip_norm", "save_every_minutes",
+        positive = ("update_tokens", "max_steps", "keep_last", "max_bad_steps", "log_every_steps",
+                    "adam_eps")  # fmt: skip
+        non_negative = (  # lr_scale=0 holds the weights still: a way to measure, not to train
+            "lr_scale", "max_epochs", "max_time_minutes", "accum_steps", "clip_norm", "save_every_minutes",
             "save_every_steps", "valid_every_steps", "valid_bleu_lines", "patience",
         )  # fmt: skip
-        for name in non_negative:
-            if getattr(self, name) < 0:
-                raise ConfigError(f"train.{name} must be >= 0, got {getattr(self, name)}")
+        _check_ranges(self, "train", positive, non_negative)
+        if not all(0.0 <= beta < 1.0 for beta in self.betas):
+            raise ConfigError(f"train.betas must be in [0, 1), got {list(self.betas)}")
 
 
 @dataclass
@@ -167,6 +164,20 @@ class DecodeConfig:
     def __post_init__(self) -> None:
         if self.beam < 1 or self.nbest < 1 or self.nbest > self.beam:
             raise ConfigError(f"need 1 <= nbest <= beam, got beam={self.beam} nbest={self.nbest}")
+        _check_ranges(self, "decode", (), ("alpha", "max_len_offset", "min_len"))
+
+
+def _check_ranges(
+    section: Any, name: str, positive: tuple[str, ...], non_negative: tuple[str, ...]
+) -> None:
+    """Each field finite and > 0 (`positive`) or >= 0 (`non_negative`); the comparisons are
+    written so that NaN fails them too (a NaN learning rate would train on NaN weights)."""
+    for key in positive + non_negative:
+        value = getattr(section, key)
+        low_ok = value > 0 if key in positive else value >= 0
+        if not (low_ok and value < math.inf):
+            which = "positive" if key in positive else ">= 0"
+            raise ConfigError(f"{name}.{key} must be {which}, got {value}")
 
 
 @dataclass

@@ -33,6 +33,7 @@ import numpy as np
 from aiayn.data.corpus import FilterStats, LengthFilter
 from aiayn.data.vocab import Vocab
 from aiayn.errors import DataError
+from aiayn.jsonfile import read_object
 
 MANIFEST = "manifest.json"
 FORMAT = "aiayn-binarized"
@@ -222,12 +223,7 @@ def load_manifest(data_dir: str | Path) -> dict:
     path = Path(data_dir) / MANIFEST
     if not path.is_file():
         raise DataError(f"{path}: no such file; is {data_dir} a directory from `aiayn prepare`?")
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise DataError(f"{path}: not valid JSON ({err})") from err
-    if not isinstance(manifest, dict):
-        raise DataError(f"{path}: not a manifest (a JSON object); re-run `aiayn prepare`")
+    manifest = read_object(path, DataError)
     if manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
         raise DataError(
             f"{path}: format {manifest.get('format')!r} version {manifest.get('version')!r}, "
@@ -274,6 +270,10 @@ def _map_side(data_dir: Path, split: str, side: str, dtype: np.dtype) -> tuple[n
     for path in (bin_path, idx_path):
         if not path.is_file():
             raise DataError(f"{path}: no such file; the prepared directory is incomplete")
+    size = idx_path.stat().st_size
+    if size == 0 or size % np.dtype(np.int64).itemsize:
+        raise DataError(f"{idx_path}: {size} bytes, not an index of 8-byte offsets; re-run "
+                        "`aiayn prepare`")  # fmt: skip
     offsets = np.memmap(idx_path, dtype=np.int64, mode="r")
     expected = int(offsets[-1]) * dtype.itemsize
     if bin_path.stat().st_size != expected:
@@ -303,6 +303,17 @@ class BinarizedDataset:
             raise DataError(f"{self.data_dir}: {split} source and target counts differ")
         self.src_lengths = np.diff(self._src_offsets).astype(np.int32)
         self.tgt_lengths = np.diff(self._tgt_offsets).astype(np.int32)
+
+    def check_ids(self, src_vocab_size: int, tgt_vocab_size: int) -> None:
+        """Refuse ids the vocabularies do not have (a corrupt shard): the embedding would
+        fail on them at the first batch that holds one. One pass over the shards."""
+        for side, tokens, size in (("src", self._src, src_vocab_size),
+                                   ("tgt", self._tgt, tgt_vocab_size)):  # fmt: skip
+            top = int(tokens.max()) if len(tokens) else -1
+            if top >= size:
+                path = side_paths(self.data_dir, self.split, side)[0]
+                raise DataError(f"{path}: token id {top} in a {size}-token vocabulary; the shard "
+                                "is corrupt, re-run `aiayn prepare`")  # fmt: skip
 
     def __len__(self) -> int:
         return len(self._src_offsets) - 1

@@ -36,6 +36,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from aiayn.errors import DataError
+from aiayn.jsonfile import read_object
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
@@ -73,7 +74,7 @@ class Vocab:
         vocab = cls(path.read_bytes(), source=str(path))
         meta_path = metadata_path(path)
         if meta_path.is_file():
-            recorded = json.loads(meta_path.read_text(encoding="utf-8")).get("sha256")
+            recorded = read_object(meta_path, DataError).get("sha256")
             if recorded != vocab.sha256:
                 raise DataError(
                     f"{meta_path}: records sha256 {recorded} but {path.name} hashes to "

@@ -103,6 +103,9 @@ def load_run_data(config: Config, env: distributed.DistEnv) -> RunData:
     if "valid" in manifest["splits"]:
         valid = BinarizedDataset(config.data.dir, "valid")
         valid = valid if len(valid) else None
+    for dataset in (train, valid):
+        if dataset is not None:
+            dataset.check_ids(src_vocab.size, tgt_vocab.size)
     _check_lengths(config, train, valid)
     sampler = TokenBatchSampler(
         train.src_lengths, train.tgt_lengths, config.data.max_tokens, seed=config.data.seed,

@@ -310,11 +310,12 @@ class Trainer:
             )
             self.monitor.record("skip", step, reason="non-finite", in_a_row=self.state.bad_steps)
             if self.state.bad_steps >= t.max_bad_steps:
+                kept = (f"the last good checkpoint is {self.last_saved}" if self.last_saved
+                        else "no checkpoint had been saved yet")  # fmt: skip
                 raise TrainingError(
                     f"{self.state.bad_steps} updates in a row had a non-finite loss or gradient "
-                    f"(after update {step}); the last good checkpoint is kept in "
-                    f"{self.checkpoints.dir}. Lower the learning rate (train.lr_scale), use "
-                    f"train.precision=fp32 or set train.clip_norm"
+                    f"(after update {step}); {kept}. Lower the learning rate (train.lr_scale), "
+                    f"use train.precision=fp32 or set train.clip_norm"
                 )
             return
         self.state.bad_steps = 0
