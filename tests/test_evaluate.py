@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from aiayn.cli import main
+from aiayn.errors import DataError
 from aiayn.evaluate import split_compounds, tokenized_bleu
 from tiny_checkpoint import save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
@@ -116,6 +117,15 @@ def test_hyp_out_may_not_be_an_input_and_must_be_writable_before_translating(
     assert main([*args, "--hyp-out", str(tmp_path / "no-dir" / "hyp.de")]) == 2
     assert "no-dir/hyp.de: No such file or directory" in capsys.readouterr().err
     assert translated == []
+    # a run that fails after that check leaves an existing --hyp-out as it was
+    kept = _write(tmp_path / "kept.de", HYPS)
+
+    def failing(args):
+        raise DataError("the model failed")
+
+    monkeypatch.setattr("aiayn.cli._translator", failing)
+    assert main([*args, "--hyp-out", str(kept)]) == 2
+    assert kept.read_text(encoding="utf-8") == "".join(h + "\n" for h in HYPS)
 
 
 def test_mismatched_line_counts_are_an_error(tmp_path, capsys):

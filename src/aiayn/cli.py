@@ -111,7 +111,6 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
-
     given = {
         "vocab_size": args.vocab_size, "src": args.src, "tgt": args.tgt,
         "max_tokens_per_side": args.max_tokens_per_side, "max_len_ratio": args.max_len_ratio,
@@ -313,8 +312,10 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     if (args.hyp is None) == (args.checkpoint is None) or (args.checkpoint and not args.src):
         raise ConfigError("give either --checkpoint DIR --src FILE, or --hyp FILE")
     _refuse_output_among_inputs(args.hyp_out, args.src, args.ref, args.hyp)
-    # Opened before translating: an --hyp-out that cannot be written fails at once.
-    hyp_out = open(args.hyp_out, "w", encoding="utf-8", newline="\n") if args.hyp_out else None
+    if args.hyp_out:
+        # An --hyp-out that cannot be written fails before translating; opened to append, so
+        # that a run failing later leaves an existing file as it was.
+        open(args.hyp_out, "a", encoding="utf-8").close()
     if args.hyp is not None:
         hyps = read_lines(args.hyp)
     else:
@@ -322,9 +323,8 @@ def _run_evaluate(args: argparse.Namespace) -> int:
 
         # as `read_lines` would read them back from --hyp-out: one line each, right-stripped
         hyps = [one_line(h).rstrip() for h in _translator(args).translate(read_lines(args.src))]
-    if hyp_out is not None:
-        with hyp_out:
-            hyp_out.write("".join(h + "\n" for h in hyps))
+    if args.hyp_out:
+        Path(args.hyp_out).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     ref = Path(args.ref)
     suffix = (ref.with_suffix("") if ref.suffix == ".gz" else ref).suffix.lstrip(".")
     lang = args.lang or (suffix if suffix.isalpha() and len(suffix) == 2 else "en")

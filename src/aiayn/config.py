@@ -143,8 +143,9 @@ class TrainConfig:
         positive = ("update_tokens", "max_steps", "keep_last", "max_bad_steps", "log_every_steps",
                     "adam_eps")  # fmt: skip
         non_negative = (  # lr_scale=0 holds the weights still: a way to measure, not to train
-            "lr_scale", "max_epochs", "max_time_minutes", "accum_steps", "clip_norm", "save_every_minutes",
-            "save_every_steps", "valid_every_steps", "valid_bleu_lines", "patience",
+            "lr_scale", "max_epochs", "max_time_minutes", "accum_steps", "clip_norm",
+            "save_every_minutes", "save_every_steps", "valid_every_steps", "valid_bleu_lines",
+            "patience",
         )  # fmt: skip
         _check_ranges(self, "train", positive, non_negative)
         if not all(0.0 <= beta < 1.0 for beta in self.betas):

@@ -247,13 +247,18 @@ def load_vocabs(data_dir: str | Path) -> tuple[Vocab, Vocab]:
     tgt = src
     if manifest["vocab"]["tgt"]["file"] != manifest["vocab"]["src"]["file"]:
         tgt = Vocab.load(Path(data_dir) / manifest["vocab"]["tgt"]["file"])
-    check_vocab(data_dir, src, tgt)
+    _check_vocab(manifest, data_dir, src, tgt)
     return src, tgt
 
 
 def check_vocab(data_dir: str | Path, src_vocab: Vocab, tgt_vocab: Vocab | None = None) -> None:
     """Refuse shards encoded with another vocabulary: their ids would mean other subwords."""
-    manifest = load_manifest(data_dir)
+    _check_vocab(load_manifest(data_dir), data_dir, src_vocab, tgt_vocab)
+
+
+def _check_vocab(
+    manifest: dict, data_dir: str | Path, src_vocab: Vocab, tgt_vocab: Vocab | None
+) -> None:
     given = {"src": src_vocab, "tgt": tgt_vocab or src_vocab}
     for side in SIDES:
         built_with = manifest["vocab"][side]["sha256"]

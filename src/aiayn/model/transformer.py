@@ -51,8 +51,8 @@ class Transformer(nn.Module):
 
         Linear weights: Xavier-uniform, which keeps activation variance about constant
         through each projection (each of attention's W^Q, W^K, W^V on its own, also where
-        they are fused: `MultiHeadAttention.reset_parameters`); biases zero. Embeddings: normal(0, d_model^-0.5), so that
-        after the sqrt(d_model) scaling (sec. 3.4) token vectors have unit-variance entries,
+        they are fused: `MultiHeadAttention.reset_parameters`); biases zero. Embeddings:
+        normal(0, d_model^-0.5), so that after the sqrt(d_model) scaling (sec. 3.4) token vectors have unit-variance entries,
         on the same scale as the sinusoids they are added to, and the tied pre-softmax
         projection starts with logits of about unit variance. LayerNorm: gain 1, bias 0.
         """
