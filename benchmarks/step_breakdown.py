@@ -9,7 +9,7 @@ fresh process. After an untimed pass over the batches, a process times `--steps`
 steps, then the same steps again under a `TorchDispatchMode` that times every ATen op
 (the wall clock around each kernel call, below autograd; the mode's own cost shows as
 the step's time under it against the plain one). Ops are grouped: the matrix products
-(mm, addmm, bmm, baddbmm, with their out= forms), the attention kernels
+(mm, addmm, bmm, baddbmm, with their out= forms; oneDNN's linear), the attention kernels
 (`_scaled_dot_product_*`), the rest by op name. Finally each distinct matrix product of
 the process's last step is replayed alone (same shapes and memory layouts, into a
 preallocated output), which gives the products' FLOP rate alone against inside the step.
@@ -39,7 +39,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import train_speed
 
-PRODUCTS = {"mm", "addmm", "bmm", "baddbmm"}  # aten op names (overload dropped)
+# aten op names (overload dropped), and oneDNN's x W^T (+ b) that aiayn's linear maps run
+# on x86 CPUs not made by Intel (`aiayn.model.linear`)
+PRODUCTS = {"mm", "addmm", "bmm", "baddbmm", "_linear_pointwise"}
 
 
 def op_name(func) -> str:
@@ -49,6 +51,9 @@ def op_name(func) -> str:
 
 def product_dims(name: str, args: tuple) -> tuple[int, int, int, int]:
     """(batch, M, K, N) of a matrix product's call arguments."""
+    if name == "_linear_pointwise":  # X (..., K), W (N, K)
+        x, w = args[:2]
+        return 1, x.numel() // x.size(-1), x.size(-1), w.size(0)
     a, b = args[-2:] if name in ("addmm", "baddbmm") else args[:2]
     if a.dim() == 2:
         return 1, a.size(0), a.size(1), b.size(1)

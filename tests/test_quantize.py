@@ -9,6 +9,7 @@ from torch import nn
 
 from aiayn.cli import main
 from aiayn.errors import ConfigError
+from aiayn.model.linear import Linear
 from aiayn.quantize import Int8Linear, int8_engine
 from aiayn.translate import Translator
 from tiny_checkpoint import save_tiny_checkpoint
@@ -49,15 +50,16 @@ def test_int8_engine_is_onednn_with_amx_tiles_and_the_setting_is_put_back(ckpt, 
     onednn = "onednn" in torch.backends.quantized.supported_engines
     expected = "onednn" if amx and onednn else default
     assert int8_engine() == expected
-    packed_with, quantize = [], tq.quantize_dynamic
+    packed_with, pack = [], Int8Linear.pack
 
-    def spy(*args, **kwargs):  # records the engine the weights are packed for
+    def spy(*args, **kwargs):  # records the engine each matrix is packed for
         packed_with.append(torch.backends.quantized.engine)
-        return quantize(*args, **kwargs)
+        return pack(*args, **kwargs)
 
-    monkeypatch.setattr(tq, "quantize_dynamic", spy)
+    monkeypatch.setattr(Int8Linear, "pack", spy)
     model = Translator.from_checkpoint(ckpt, int8=True).model
-    assert packed_with == [expected] and torch.backends.quantized.engine == default
+    assert packed_with and set(packed_with) == {expected}
+    assert torch.backends.quantized.engine == default
     # 8-bit inputs only where the products accumulate in 32 bits (oneDNN), else 7 bits.
     linears = [m for m in model.modules() if isinstance(m, Int8Linear)]
     assert linears and all(m.reduce_range == (expected != "onednn") for m in linears)
@@ -76,16 +78,34 @@ def test_onednn_int8_inputs_keep_8_bits_and_halve_the_error():
         previous = torch.backends.quantized.engine
         torch.backends.quantized.engine = "onednn"
         try:
-            quantized = tq.quantize_dynamic(
-                nn.Sequential(linear), {nn.Linear: tq.per_channel_dynamic_qconfig}
-            )[0]
+            errors = [
+                ((Int8Linear.pack(linear.weight, linear.bias, seven)(x) - exact).norm()
+                 / exact.norm()).item()
+                for seven in (False, True)
+            ]  # fmt: skip
         finally:
             torch.backends.quantized.engine = previous
-        errors = [
-            ((Int8Linear(quantized, seven)(x) - exact).norm() / exact.norm()).item()
-            for seven in (False, True)
-        ]
     assert errors[0] < 0.015 < errors[1]
+
+
+@pytest.mark.filterwarnings("ignore:.*deprecated:DeprecationWarning")
+@pytest.mark.parametrize("cls", [nn.Linear, Linear])
+@pytest.mark.parametrize("bias", [True, False])
+def test_packed_weights_are_pytorchs_dynamic_quantization(cls, bias):
+    """`Int8Linear.pack` quantizes as `quantize_dynamic` with the per-channel qconfig does
+    (the same int8 weights, scales and outputs), also for aiayn's `Linear`, which
+    `quantize_dynamic` itself would leave in float."""
+    gen = torch.Generator().manual_seed(0)
+    linear = cls(64, 48, bias=bias)
+    x = torch.randn(5, 7, 64, generator=gen)  # (batch, len, in)
+    plain = nn.Linear(64, 48, bias=bias)
+    plain.load_state_dict(linear.state_dict())
+    qconfig = {nn.Linear: tq.per_channel_dynamic_qconfig}
+    reference = tq.quantize_dynamic(nn.Sequential(plain), qconfig)[0]
+    ours = Int8Linear.pack(linear.weight, linear.bias, reduce_range=True)
+    with torch.no_grad():
+        assert torch.equal(ours(x), reference(x))
+        assert not torch.equal(ours(x), linear(x))  # int8, not the float product
 
 
 @pytest.mark.parametrize("amx", [True, False], ids=["onednn", "default-engine"])
@@ -139,3 +159,14 @@ def test_int8_is_refused_on_cuda_and_for_half_precision(ckpt, capsys):
         Translator.from_checkpoint(ckpt, dtype="bfloat16", int8=True)
     assert main(["translate", "--checkpoint", str(ckpt), "--int8", "--device", "cuda"]) == 2
     assert "int8 quantization runs on the CPU only" in capsys.readouterr().err
+
+
+def test_quantizing_prints_no_deprecation_warnings(ckpt):
+    """torch.ao's quantized-tensor functions warn that they are deprecated; a user of
+    `--int8` has nothing to do about it, so `quantize_int8` keeps them quiet."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Translator.from_checkpoint(ckpt, int8=True)
+    assert not [w for w in caught if "deprecated" in str(w.message)]

@@ -6,6 +6,7 @@ import sys
 import weakref
 from pathlib import Path
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -31,4 +32,21 @@ def test_kept_products_are_meta_tensors_and_free_the_step_memory():
     del a, b
     gc.collect()
     assert all(ref() is None for ref in refs)  # the timer kept no step tensor alive
+    assert step_breakdown.replay(timer.products, reps=1) > 0
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.mkldnn, "_linear_pointwise"), reason="no oneDNN")
+def test_onednn_linear_counts_as_a_product_with_its_dims(monkeypatch):
+    """aiayn's linear maps run on oneDNN on x86 CPUs not made by Intel (aiayn.model.linear):
+    the breakdown counts, sizes and replays them as products."""
+    import aiayn.model.linear as linear_module
+
+    monkeypatch.setattr(linear_module, "onednn_faster_here", lambda: True)
+    x, w = torch.randn(4, 6, 32), torch.randn(16, 32)  # (batch, len, K), (N, K)
+    timer = step_breakdown.OpTimer()
+    timer.keep = True
+    with timer:
+        linear_module.linear(x, w)
+    assert [p[0] for p in timer.products] == ["_linear_pointwise"]
+    assert step_breakdown.product_dims("_linear_pointwise", timer.products[0][2]) == (1, 24, 32, 16)
     assert step_breakdown.replay(timer.products, reps=1) > 0

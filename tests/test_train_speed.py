@@ -5,6 +5,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import train_speed  # noqa: E402
@@ -31,3 +33,19 @@ def test_systems_without_aiayn_or_unknown_are_refused(systems, monkeypatch, caps
         train_speed.main()
     assert exit_info.value.code == 2
     assert "--systems: aiayn and any of" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.mkldnn, "_linear_pointwise"), reason="no oneDNN")
+def test_flops_of_onednn_products_are_counted_as_for_mm(monkeypatch):
+    """aiayn's FLOPs per token (and so its share of the peak) must not drop where its linear
+    maps run on oneDNN, an op FlopCounterMode does not know by itself."""
+    import aiayn.model.linear as linear_module
+
+    x, w = torch.randn(3, 5, 32), torch.randn(16, 32)
+    counts = []
+    for faster in (True, False):
+        monkeypatch.setattr(linear_module, "onednn_faster_here", lambda: faster)
+        with FlopCounterMode(display=False) as counter:
+            linear_module.linear(x, w)
+        counts.append(counter.get_total_flops())
+    assert counts == [2 * 15 * 32 * 16] * 2

@@ -17,8 +17,11 @@ float32.
 The model code keeps one path: `project` is replaced on this instance only, by the int8
 module, so search and teacher forcing call `model.project(hidden)` as before.
 
-`torch.ao.quantization.quantize_dynamic` is deprecated in favour of torchao (which is not
-a dependency) but works in torch 2.13; its deprecation warnings are silenced here.
+The weights are quantized as `torch.ao.quantization.quantize_dynamic` with PyTorch's
+per-channel dynamic qconfig would (a test holds them equal), but directly from each
+`nn.Linear`'s weight, subclasses included (`quantize_dynamic` swaps only modules of the
+exact types it knows). `torch.ao.quantization` is deprecated in favour of torchao (which is
+not a dependency) but works in torch 2.13; its deprecation warnings are silenced here.
 """
 
 from __future__ import annotations
@@ -41,30 +44,21 @@ def quantize_int8(model: Transformer) -> Transformer:
     weight = model.tgt_embed.weight
     check_int8(weight.device, weight.dtype)
     model.eval()
-    if model.config.tie_embeddings:
-        # A bias-free Linear holding the tied matrix, so that it is quantized like the rest;
-        # the float embedding stays for the lookups.
-        vocab, d_model = weight.shape
-        model.int8_projection = nn.Linear(d_model, vocab, bias=False)
-        model.int8_projection.weight = nn.Parameter(weight.detach().clone(), requires_grad=False)
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-    from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
     # The engine in use when the weights are packed is the one their products run on; the
     # process-wide setting is put back at once.
     previous, engine = torch.backends.quantized.engine, int8_engine()
+    reduce_range = engine != "onednn"
     torch.backends.quantized.engine = engine
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*deprecated", category=DeprecationWarning)
-            warnings.filterwarnings("ignore", message=".*deprecated", category=UserWarning)
-            quantize_dynamic(model, {nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+        for name, module in list(model.named_modules()):
+            if isinstance(module, nn.Linear):
+                model.set_submodule(name, Int8Linear.pack(module.weight, module.bias, reduce_range))
+        if model.config.tie_embeddings:
+            # An int8 copy of the tied matrix for the projection; the float embedding stays
+            # for the lookups.
+            model.int8_projection = Int8Linear.pack(weight, None, reduce_range)
     finally:
         torch.backends.quantized.engine = previous
-    reduce_range = engine != "onednn"
-    for name, module in list(model.named_modules()):
-        if isinstance(module, DynamicLinear):
-            model.set_submodule(name, Int8Linear(module, reduce_range))
     projection = model.int8_projection if model.config.tie_embeddings else model.out_proj
     # An instance attribute shadows the class's `project`: (..., d_model) -> (..., vocab).
     # Set through object.__setattr__, since nn.Module would file a module away in _modules.
@@ -86,10 +80,30 @@ class Int8Linear(nn.Module):
     +0.01 and +0.21 (v4, v3), against +0.35 and +0.03 with 7 bits. Elsewhere 7 bits stay.
     """
 
-    def __init__(self, quantized: nn.Module, reduce_range: bool) -> None:
+    def __init__(self, packed: torch.Tensor, reduce_range: bool) -> None:
         super().__init__()
-        self.packed = quantized._packed_params._packed_params  # weights and bias, packed
+        self.packed = packed  # weights and bias, packed by `torch.ops.quantized.linear_prepack`
         self.reduce_range = reduce_range
+
+    @classmethod
+    def pack(cls, weight: torch.Tensor, bias: torch.Tensor | None, reduce_range: bool) -> Int8Linear:
+        """weight (out, in) and bias (out,) or None, packed for the current quantized engine.
+
+        Symmetric int8 with one scale per output row, max |w| of the row / 127.5: PyTorch's
+        per-channel dynamic qconfig, whose observer computes it.
+        """
+        from torch.ao.quantization import per_channel_dynamic_qconfig
+
+        weight = weight.detach().float()  # (out, in)
+        b = None if bias is None else bias.detach().float()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*deprecated", category=DeprecationWarning)
+            warnings.filterwarnings("ignore", message=".*deprecated", category=UserWarning)
+            observer = per_channel_dynamic_qconfig.weight()
+            observer(weight)
+            scale, zero_point = observer.calculate_qparams()  # (out,) each; zero points 0
+            q = torch.quantize_per_channel(weight, scale.double(), zero_point.long(), 0, torch.qint8)
+            return cls(torch.ops.quantized.linear_prepack(q, b), reduce_range)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic(x, self.packed, reduce_range=self.reduce_range)

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.model.cache import LayerCache
+from aiayn.model.linear import Linear
 
 
 def attend_mask(
@@ -71,11 +72,11 @@ class MultiHeadAttention(nn.Module):
         self.n_heads, self.d_k, self.d_v, self.cross = n_heads, d_k, d_v, cross
         self.p_drop_attn = p_drop_attn
         if cross:
-            self.w_q = nn.Linear(d_model, n_heads * d_k, bias=bias)
-            self.w_kv = nn.Linear(d_model, n_heads * (d_k + d_v), bias=bias)
+            self.w_q = Linear(d_model, n_heads * d_k, bias=bias)
+            self.w_kv = Linear(d_model, n_heads * (d_k + d_v), bias=bias)
         else:
-            self.w_qkv = nn.Linear(d_model, n_heads * (2 * d_k + d_v), bias=bias)
-        self.w_o = nn.Linear(n_heads * d_v, d_model, bias=bias)
+            self.w_qkv = Linear(d_model, n_heads * (2 * d_k + d_v), bias=bias)
+        self.w_o = Linear(n_heads * d_v, d_model, bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

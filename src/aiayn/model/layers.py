@@ -13,6 +13,7 @@ from aiayn.config import ModelConfig
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.cache import LayerCache
 from aiayn.model.dropout import Dropout
+from aiayn.model.linear import Linear, affine, input_grad
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -31,8 +32,8 @@ class PositionwiseFeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, p_drop_ffn: float = 0.0) -> None:
         super().__init__()
-        self.w_1 = nn.Linear(d_model, d_ff)
-        self.w_2 = nn.Linear(d_ff, d_model)
+        self.w_1 = Linear(d_model, d_ff)
+        self.w_2 = Linear(d_ff, d_model)
         self.dropout = Dropout(p_drop_ffn)  # not in the paper; 0 by default
 
     def forward(self, x: Tensor) -> Tensor:
@@ -42,7 +43,9 @@ class PositionwiseFeedForward(nn.Module):
             and _plain_linear(self.w_1) and _plain_linear(self.w_2)
         ):  # fmt: skip
             w_1, w_2 = self.w_1, self.w_2
-            return _CpuFeedForward.apply(x, w_1.weight, w_1.bias, w_2.weight, w_2.bias)
+            rows = x.flatten(0, -2)  # (tokens, d_model)
+            out = _CpuFeedForward.apply(rows, w_1.weight, w_1.bias, w_2.weight, w_2.bias)
+            return out.view(x.shape)  # (batch, len, d_model)
         hidden = self.w_1(x)  # (batch, len, d_ff)
         # Without autograd (decoding) the ReLU goes in place: one fresh tensor fewer a step.
         hidden = torch.relu(hidden) if torch.is_grad_enabled() else hidden.relu_()
@@ -57,37 +60,34 @@ def _plain_linear(module: nn.Module) -> bool:
     nothing else: an `nn.Linear` itself, with no hooks of its own or global ones (the hook
     tables `nn.Module.__call__` consults; a table a PyTorch version lacks counts as empty)."""
     tables = nn.modules.module
-    return type(module) is nn.Linear and not any(
+    return type(module) in (nn.Linear, Linear) and not any(
         getattr(module, name, None) or getattr(tables, "_global" + name, None) for name in _HOOKS
     )
 
 
 class _CpuFeedForward(torch.autograd.Function):
-    """Eq. 2 with its backward written out; see `PositionwiseFeedForward`. The output is a
-    tensor of its own, not a view of one, so that callers may modify it in place."""
+    """Eq. 2 on (tokens, d_model) rows with its backward written out; see
+    `PositionwiseFeedForward`. The products are `model/linear.py`'s (oneDNN's where that is
+    the faster). The output is a tensor of its own, not a view made inside the function,
+    which autograd would not let callers modify in place."""
 
     @staticmethod
-    def forward(ctx, x, w_1, b_1, w_2, b_2):  # type: ignore[override]
-        rows = x.reshape(-1, x.size(-1))  # (tokens, d_model)
-        hidden = torch.addmm(b_1, rows, w_1.t()).relu_()  # (tokens, d_ff)
+    def forward(ctx, rows, w_1, b_1, w_2, b_2):  # type: ignore[override]
+        hidden = affine(rows, w_1, b_1, relu=True)  # (tokens, d_ff)
         ctx.save_for_backward(rows, hidden, w_1, w_2)
-        ctx.shape = x.shape
-        out = rows.new_empty(x.shape)  # (batch, len, d_model)
-        torch.addmm(b_2, hidden, w_2.t(), out=out.view(rows.shape))  # written as (tokens, d_model)
-        return out
+        return affine(hidden, w_2, b_2)  # (tokens, d_model)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):  # type: ignore[override]
         rows, hidden, w_1, w_2 = ctx.saved_tensors
-        grad = grad.reshape(-1, grad.size(-1))  # (tokens, d_model)
-        grad_hidden = grad @ w_2  # (tokens, d_ff): ours, so the ReLU's gradient goes in place
-        relu_grad = torch.ops.aten.threshold_backward.grad_input
+        grad_hidden = input_grad(grad, w_2)  # (tokens, d_ff): ours, so the ReLU's gradient
+        relu_grad = torch.ops.aten.threshold_backward.grad_input  # goes in place
         relu_grad(grad_hidden, hidden, 0, grad_input=grad_hidden)  # 0 where hidden <= 0
-        grad_x = (grad_hidden @ w_1).view(ctx.shape)  # (batch, len, d_model)
+        grad_rows = input_grad(grad_hidden, w_1)  # (tokens, d_model)
         grad_w_1 = grad_hidden.t() @ rows  # (d_ff, d_model)
         grad_w_2 = grad.t() @ hidden  # (d_model, d_ff)
-        return grad_x, grad_w_1, grad_hidden.sum(0), grad_w_2, grad.sum(0)
+        return grad_rows, grad_w_1, grad_hidden.sum(0), grad_w_2, grad.sum(0)
 
 
 class Embedding(nn.Module):

@@ -22,6 +22,7 @@ from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.cache import KVCache, LayerCache
 from aiayn.model.dropout import Dropout
 from aiayn.model.layers import DecoderLayer, Embedding, EncoderLayer, PositionalEncoding
+from aiayn.model.linear import Linear, linear
 
 
 class Transformer(nn.Module):
@@ -34,7 +35,7 @@ class Transformer(nn.Module):
         self.tgt_embed = Embedding(c.vocab_size, c.d_model)
         self.src_embed = self.tgt_embed if c.shared_vocab else Embedding(c.src_vocab_size, c.d_model)
         if not c.tie_embeddings:
-            self.out_proj = nn.Linear(c.d_model, c.vocab_size, bias=False)
+            self.out_proj = Linear(c.d_model, c.vocab_size, bias=False)
         self.positional = PositionalEncoding(c.d_model, c.max_len, c.positional == "learned")
         self.embed_dropout = Dropout(c.p_drop)  # on embeddings + positions (sec. 5.4)
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_layers))
@@ -116,7 +117,7 @@ class Transformer(nn.Module):
 
     def project(self, hidden: Tensor) -> Tensor:
         """The pre-softmax linear transformation (sec. 3.4): (..., d_model) -> (..., vocab)."""
-        return hidden @ self.output_weight.t()
+        return linear(hidden, self.output_weight)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits: (batch, src_len), (batch, tgt_len) -> (batch, tgt_len, vocab)."""

@@ -28,6 +28,8 @@ import functools
 import torch
 from torch import Tensor
 
+from aiayn.model.linear import affine, input_grad, onednn_products
+
 # Logits per chunk in `projected_label_smoothed_loss`. On a 2-core Xeon, chunks of 1M-4M
 # logits (128-512 rows of an 8k vocabulary) made a small-model step ~4% faster than one
 # chunk of the whole batch: a chunk is read several times while it is still in cache. On a
@@ -129,12 +131,13 @@ class _ProjectedLoss(torch.autograd.Function):
 
 
 def _eager_p_minus_q(
-    log_p: Tensor, target: Tensor, eps: float, off: float, z_buf: Tensor, dtype: torch.dtype
+    log_p: Tensor, target: Tensor, eps: float, off: float, z_buf: Tensor | None,
+    dtype: torch.dtype,
 ) -> Tensor:
     """d H(q, p) / d z = p - q for a chunk's log_p (rows, V), over log_p's own buffer. In
     float32 / float64 (log_p's dtype = `dtype`) the uniform -off is left to the rank-one
     correction after the products; else it is subtracted as p - q is rounded to `dtype`,
-    into the spent logits buffer `z_buf`."""
+    into the spent logits buffer `z_buf` (None only where dtype is float32)."""
     g = log_p.exp_()  # (rows, V) p, over log_p in place: it is not needed again
     g[torch.arange(g.size(0), device=g.device), target] -= 1.0 - eps - off
     if dtype != g.dtype:
@@ -193,18 +196,24 @@ def _projected_sums(
     smoothed_sum, nll_sum = (torch.zeros((), dtype=acc, device=hidden.device) for _ in range(2))
     grad_hidden = torch.empty_like(hidden) if grads[0] else None
     grad_weight = torch.zeros(weight.shape, dtype=acc, device=hidden.device) if grads[1] else None
-    # One logits buffer and one log-probabilities buffer for every chunk (not a fresh
-    # allocation, and its page faults, per chunk).
-    rows = min(chunk_rows, n_rows)
-    z_buf = hidden.new_empty((rows, n_classes), dtype=dtype)
-    log_p_buf = None if compiled else hidden.new_empty((rows, n_classes), dtype=acc)
     # Else -off goes into the rounding to dtype, or into the compiled chunk's p - q.
     rank_one = dtype == acc and off != 0.0 and not compiled
     with torch.autocast(device, enabled=False):
+        # oneDNN's product, where it is the faster (model/linear.py), writes fresh logits;
+        # it runs in float32 only, so no rounding to dtype needs the logits buffer then.
+        onednn = onednn_products(w, w)  # w: the products' dtype and device
+        # Else one logits buffer, and always one log-probabilities buffer, for every chunk
+        # (not a fresh allocation, and its page faults, per chunk).
+        rows = min(chunk_rows, n_rows)
+        z_buf = None if onednn else hidden.new_empty((rows, n_classes), dtype=dtype)
+        log_p_buf = None if compiled else hidden.new_empty((rows, n_classes), dtype=acc)
         for start in range(0, n_rows, chunk_rows):
             h = hidden[start : start + chunk_rows].to(dtype)  # (rows, d_model)
             y = target[start : start + chunk_rows]  # (rows,)
-            z = torch.mm(h, w.t(), out=z_buf[: h.size(0)])  # (rows, V) logits
+            if onednn:
+                z = affine(h, w, None)  # (rows, V) logits
+            else:
+                z = torch.mm(h, w.t(), out=z_buf[: h.size(0)])  # (rows, V) logits
             if compiled:
                 smoothed, nll, g = _compiled_chunk_terms()(z, y, eps, off, acc, any(grads))
             else:
@@ -216,7 +225,7 @@ def _projected_sums(
             if g is None:
                 continue
             if grad_hidden is not None:
-                grad_hidden[start : start + chunk_rows] = g @ w  # (rows, d_model)
+                grad_hidden[start : start + chunk_rows] = input_grad(g, w)  # (rows, d_model)
             if grad_weight is None:
                 continue
             if dtype == acc:

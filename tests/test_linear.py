@@ -1,0 +1,201 @@
+"""The model's linear maps (`aiayn.model.linear`): oneDNN's products where they are the
+faster, PyTorch's own elsewhere, with the same values and gradients either way."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import aiayn.model.linear as linear_module
+from aiayn.config import ModelConfig
+from aiayn.model.linear import Linear, affine, cpu_vendor, input_grad, linear
+from aiayn.model.transformer import Transformer
+
+needs_onednn = pytest.mark.skipif(
+    not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")),
+    reason="PyTorch built without oneDNN",
+)
+
+
+class _OpNames(TorchDispatchMode):
+    """The names of the ops that ran, below autograd."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func._schema.name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def onednn(monkeypatch):
+    """oneDNN's products, whatever this machine's CPU."""
+    monkeypatch.setattr(linear_module, "onednn_faster_here", lambda: True)
+
+
+@pytest.fixture
+def mkl(monkeypatch):
+    monkeypatch.setattr(linear_module, "onednn_faster_here", lambda: False)
+
+
+def _inputs(shape, bias: bool, gen: torch.Generator):
+    x = torch.randn(*shape, 24, generator=gen, requires_grad=True)  # (..., in)
+    w = torch.randn(40, 24, generator=gen, requires_grad=True)  # (out, in)
+    b = torch.randn(40, generator=gen, requires_grad=True) if bias else None
+    return x, w, b
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape", [(7,), (3, 5)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_onednn_linear_gives_f_linears_value_and_gradients(onednn, shape, bias):
+    gen = torch.Generator().manual_seed(0)
+    x, w, b = _inputs(shape, bias, gen)
+    with _OpNames() as ops:
+        out = linear(x, w, b)
+    assert "mkldnn::_linear_pointwise" in ops.names and "aten::addmm" not in ops.names
+    expected = F.linear(x, w, b)
+    torch.testing.assert_close(out, expected)
+    upstream = torch.randn(out.shape, generator=gen)
+    leaves = [t for t in (x, w, b) if t is not None]
+    with _OpNames() as ops:
+        got = torch.autograd.grad(out, leaves, upstream)
+    assert ops.names.count("mkldnn::_linear_pointwise") == 1  # the input's gradient
+    for g, e in zip(got, torch.autograd.grad(expected, leaves, upstream)):
+        torch.testing.assert_close(g, e)
+
+
+@needs_onednn
+def test_only_the_gradients_asked_for_are_computed(onednn):
+    gen = torch.Generator().manual_seed(1)
+    x, w, b = _inputs((4,), True, gen)
+    frozen = x.detach()  # the input needs no gradient: no g W product
+    with _OpNames() as ops:
+        grad_w, grad_b = torch.autograd.grad(linear(frozen, w, b).sum(), [w, b])
+    assert ops.names.count("mkldnn::_linear_pointwise") == 1  # the forward only
+    torch.testing.assert_close(grad_w, torch.ones(4, 40).t() @ frozen)
+    torch.testing.assert_close(grad_b, torch.full((40,), 4.0))
+
+
+@needs_onednn
+def test_affine_and_input_grad_are_the_products_they_name(onednn):
+    gen = torch.Generator().manual_seed(2)
+    x, w, b = (t.detach() for t in _inputs((6,), True, gen))
+    torch.testing.assert_close(affine(x, w, b), x @ w.t() + b)
+    torch.testing.assert_close(affine(x, w, b, relu=True), (x @ w.t() + b).clamp_min(0))
+    g = torch.randn(6, 40, generator=gen)
+    torch.testing.assert_close(input_grad(g, w), g @ w)
+    with _OpNames() as ops:
+        affine(x, w, None), input_grad(g, w)
+    products = [n for n in ops.names if n != "aten::t"]  # W^T is a view, not a product
+    assert products == ["mkldnn::_linear_pointwise"] * 2
+
+
+@needs_onednn
+def test_float64_autocast_and_mkl_take_pytorchs_own_product(onednn, monkeypatch):
+    gen = torch.Generator().manual_seed(3)
+    x, w, b = _inputs((5,), True, gen)
+
+    def ops_of(fn):
+        with _OpNames() as ops:
+            fn()
+        return ops.names
+
+    assert "mkldnn::_linear_pointwise" not in ops_of(lambda: linear(x.double(), w.double()))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert "mkldnn::_linear_pointwise" not in ops_of(lambda: linear(x, w, b))
+    monkeypatch.setattr(linear_module, "onednn_faster_here", lambda: False)
+    assert "mkldnn::_linear_pointwise" not in ops_of(lambda: linear(x, w, b))
+    assert torch.equal(linear(x, w, b), F.linear(x, w, b))
+
+
+def test_linear_module_is_an_nn_linear_with_the_same_state(mkl):
+    torch.manual_seed(0)
+    ours, theirs = Linear(8, 3), nn.Linear(8, 3)
+    theirs.load_state_dict(ours.state_dict())
+    assert isinstance(ours, nn.Linear) and ours.state_dict().keys() == theirs.state_dict().keys()
+    x = torch.randn(2, 8)
+    assert torch.equal(ours(x), theirs(x))
+
+
+@needs_onednn
+def test_a_training_step_with_onednn_matches_one_without(monkeypatch):
+    """The whole model: loss and every gradient agree between the two products (float32
+    rounding apart), dropout off."""
+    config = ModelConfig(vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=2, p_drop=0.0)
+    torch.manual_seed(0)
+    model = Transformer(config).train()
+    src, tgt = torch.randint(4, 40, (3, 9)), torch.randint(4, 40, (3, 7))
+
+    def loss_and_grads(faster: bool):
+        monkeypatch.setattr(linear_module, "onednn_faster_here", lambda: faster)
+        with _OpNames() as ops:
+            loss = model(src, tgt).log_softmax(-1).mean()
+            grads = torch.autograd.grad(loss, list(model.parameters()))
+        assert ("mkldnn::_linear_pointwise" in ops.names) == faster
+        return loss, grads
+
+    loss_a, grads_a = loss_and_grads(True)
+    loss_b, grads_b = loss_and_grads(False)
+    torch.testing.assert_close(loss_a, loss_b)
+    for a, b in zip(grads_a, grads_b):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "text, vendor",
+    [
+        ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n", "AuthenticAMD"),
+        ("processor\t: 0\nvendor_id\t: GenuineIntel\n", "GenuineIntel"),
+        ("processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\n", ""),  # an Arm CPU
+    ],
+)
+def test_cpu_vendor_reads_proc_cpuinfo(tmp_path, text, vendor):
+    path = tmp_path / "cpuinfo"
+    path.write_text(text)
+    assert cpu_vendor(str(path)) == vendor
+
+
+def test_cpu_vendor_is_empty_without_cpuinfo(tmp_path):
+    assert cpu_vendor(str(tmp_path / "missing")) == ""
+
+
+@pytest.mark.parametrize(
+    "vendor, expected", [("AuthenticAMD", True), ("GenuineIntel", False), ("", False)]
+)
+def test_onednn_is_chosen_on_x86_cpus_not_made_by_intel(monkeypatch, vendor, expected):
+    monkeypatch.setattr(linear_module, "cpu_vendor", lambda: vendor)
+    linear_module.onednn_faster_here.cache_clear()
+    try:
+        available = torch.backends.mkl.is_available() and torch.backends.mkldnn.is_available()
+        assert linear_module.onednn_faster_here() == (expected and available)
+    finally:
+        linear_module.onednn_faster_here.cache_clear()
+
+
+@needs_onednn
+def test_the_chunked_loss_on_onednn_matches_it_on_mkl(monkeypatch):
+    """The loss's own products (logits per chunk, the hidden states' gradient) on oneDNN:
+    the same sums and gradients as with PyTorch's product, float32 rounding apart."""
+    from aiayn.train.loss import projected_label_smoothed_loss
+
+    gen = torch.Generator().manual_seed(4)
+    hidden = torch.randn(10, 16, generator=gen, requires_grad=True)  # (rows, d_model)
+    weight = torch.randn(30, 16, generator=gen, requires_grad=True)  # (V, d_model)
+    target = torch.randint(0, 30, (10,), generator=gen)
+    results = []
+    for faster in (True, False):
+        monkeypatch.setattr(linear_module, "onednn_faster_here", lambda: faster)
+        with _OpNames() as ops:
+            smoothed, nll = projected_label_smoothed_loss(hidden, weight, target, 0.1, chunk_rows=4)
+            grads = torch.autograd.grad(smoothed, [hidden, weight])
+        # 3 chunks of at most 4 rows, each with its logits and its g W on oneDNN
+        assert ops.names.count("mkldnn::_linear_pointwise") == (6 if faster else 0)
+        results.append((smoothed, nll, *grads))
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b)
