@@ -173,6 +173,35 @@ def test_train_tears_down_without_the_barrier_when_the_run_fails(monkeypatch, tm
     assert seen == [False, True]
 
 
+@pytest.mark.parametrize(("world_size", "ended"), [("2", True), ("1", False)])
+def test_a_rank_of_aiayn_train_ends_without_the_interpreters_finalization(
+    monkeypatch, capsys, world_size, ended
+):
+    """Under torchrun, `aiayn train` ends its process with the command's status once the run
+    is over (gloo's threads may still take the GIL while the interpreter finalizes; see
+    `end_rank_process`), its output flushed; alone, it returns as every command does."""
+    from aiayn import cli
+
+    exits: list[int] = []
+    monkeypatch.setenv("WORLD_SIZE", world_size)
+    monkeypatch.setattr(distributed.os, "_exit", exits.append)
+    monkeypatch.setattr(cli, "_run_train", lambda args: print("trained") or 130)
+    assert cli.main(["train", "base"]) == 130
+    assert exits == ([130] if ended else [])
+    assert capsys.readouterr().out == "trained\n"
+
+    def refuse(args):
+        raise ConfigError("bad config")
+
+    monkeypatch.setattr(cli, "_run_train", refuse)  # a rank's named error: status 2, as alone
+    assert cli.main(["train", "base"]) == 2
+    assert exits == ([130, 2] if ended else [])
+    assert "aiayn train: error: bad config" in capsys.readouterr().err
+    exits.clear()
+    cli.main(["info", "base"])  # other commands never end the process themselves
+    assert exits == []
+
+
 def test_a_device_that_cannot_be_used_is_named_before_anything_starts():
     with pytest.raises(ConfigError, match="train.device='gpu' is not a device"):
         distributed.setup("gpu")

@@ -352,6 +352,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown or extra)}")
     if extra:
         args.overrides = list(args.overrides) + extra
+    code = _run(args)
+    if args.command == "train":
+        from aiayn.train import distributed
+
+        if distributed.launched_world_size() > 1:  # one of torchrun's ranks
+            distributed.end_rank_process(code)
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command's exit status; the errors a user can act on become one line and 2."""
     try:
         return int(args.run(args) or 0)
     except AiaynError as err:

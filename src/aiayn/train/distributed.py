@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -47,7 +48,7 @@ class DistEnv:
 
 def setup(device: str = "auto") -> DistEnv:
     """Read torchrun's environment, pick the device and start the process group if needed."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    world_size = launched_world_size()
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device == "auto":
@@ -67,6 +68,11 @@ def setup(device: str = "auto") -> DistEnv:
     return env
 
 
+def launched_world_size() -> int:
+    """The number of ranks torchrun started (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def teardown(env: DistEnv, synchronize: bool = True) -> None:
     """Leave the process group. After a run that ended alike on every rank (`synchronize`),
     the ranks first meet at a barrier, so no rank closes its connections while another is
@@ -78,6 +84,27 @@ def teardown(env: DistEnv, synchronize: bool = True) -> None:
         if synchronize:
             dist.barrier()
         dist.destroy_process_group()
+
+
+def end_rank_process(code: int) -> NoReturn:
+    """End one of torchrun's rank processes with exit status `code`, after its run and
+    `teardown`, without the interpreter's finalization.
+
+    gloo's worker threads outlive `destroy_process_group` and may still be releasing the
+    last collective (the barrier above holds the gather of RNG states before it), whose
+    tensors have Python objects: releasing them takes the GIL, and a thread that asks for
+    the GIL while the interpreter is finalizing is ended by it, which kills the process
+    (std::terminate: "terminate called without an active exception", SIGABRT, exit code
+    -6 after a run that had finished and saved). Seen in CI, and reproduced with 4 ranks on
+    2 loaded cores (1 run in 50; the core's stack: ProcessGroupGloo::runLoop,
+    ~AsyncBarrierWork, ~AsyncGatherWork, decref_pyobject, take_gil, pthread_exit). The run
+    has closed its files by then; only the standard streams need flushing."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing left to lose
+            pass
+    os._exit(code)
 
 
 def all_reduce_sum(values: list[float], env: DistEnv) -> list[float]:
