@@ -76,9 +76,10 @@ def launched_world_size() -> int:
 def teardown(env: DistEnv, synchronize: bool = True) -> None:
     """Leave the process group. After a run that ended alike on every rank (`synchronize`),
     the ranks first meet at a barrier, so no rank closes its connections while another is
-    still finishing its last collective: a gloo rank that saw its peer's sockets close under
-    it aborted at exit ("terminate called without an active exception"), once in CI. After
-    an error the other ranks may never arrive, so there is no barrier then."""
+    still finishing its last collective. After an error the other ranks may never arrive,
+    so there is no barrier then. (The abort at exit this barrier was first added for, once
+    in CI, was not the peers' sockets but the interpreter's finalization: see
+    `end_rank_process`.)"""
     _CPU_GROUP.clear()
     if env.distributed and dist.is_initialized():
         if synchronize:
