@@ -68,3 +68,19 @@ def test_cli_last_n_of_a_run_and_inputs(tmp_path, capsys):
     assert "different architectures" in capsys.readouterr().err and not (tmp_path / "y").exists()
     assert main(["average", "--inputs", str(run / "step-000001"), "--out", str(tmp_path / "avg")]) == 2
     assert "already exists" in capsys.readouterr().err
+
+
+def test_an_output_that_holds_an_input_is_refused_and_left_as_it_was(tmp_path, capsys):
+    # `--out` the run directory itself, with --force, would have replaced every checkpoint
+    # of the run by their average.
+    run = tmp_path / "run" / "checkpoints"
+    for step in (1, 2):
+        save_tiny_checkpoint(run / f"step-{step:06d}", seed=step)
+    before = read_weights(run / "step-000001")
+    for out in (tmp_path / "run", run / "step-000001"):
+        args = ["average", "--last", "2", str(tmp_path / "run"), "--out", str(out), "--force"]
+        assert main(args) == 2
+        assert f"{out}: is or holds the input checkpoint" in capsys.readouterr().err
+    assert sorted(p.name for p in run.iterdir()) == ["step-000001", "step-000002"]
+    for name, tensor in read_weights(run / "step-000001").items():
+        assert torch.equal(tensor, before[name])

@@ -134,6 +134,18 @@ def test_mismatched_line_counts_are_an_error(tmp_path, capsys):
     assert "2 hypotheses but 5 references" in capsys.readouterr().err
 
 
+def test_sources_and_references_of_different_counts_fail_before_translating(
+    tmp_path, capsys, monkeypatch
+):
+    src, ref = _write(tmp_path / "src.en", REFS[:3]), _write(tmp_path / "ref.de", REFS)
+    translated = []
+    monkeypatch.setattr("aiayn.cli._translator", lambda args: translated.append(args))
+    args = ["evaluate", "--checkpoint", str(tmp_path), "--src", str(src), "--ref", str(ref)]
+    assert main(args) == 2
+    assert f"{src} has 3 lines but {ref} has 5" in capsys.readouterr().err
+    assert translated == []
+
+
 def test_gzip_references_score_as_plain_ones(tmp_path, capsys):
     """Test sets ship gzipped (Multi30k's do): evaluate reads them as the corpus reader does."""
     import gzip

@@ -151,6 +151,21 @@ def test_existing_output_needs_force(corpus: Path, capsys) -> None:
     assert sorted(p.name for p in corpus.iterdir() if p.name.startswith(".")) == []
 
 
+def test_force_never_replaces_a_directory_that_holds_the_corpus(corpus: Path, capsys) -> None:
+    # The old directory is deleted once the new one is in place: with the corpus inside it,
+    # --force would delete the very files it was prepared from.
+    inside = corpus / "out"
+    inside.mkdir()
+    write_split(inside / "train", *lines(150, seed=0))
+    before = (inside / "train.en").read_bytes()
+    args = ["prepare", "--train", str(inside / "train"), "--valid", str(corpus / "valid")]
+    args += ["--vocab-size", "300", "--out", str(inside), "--workers", "1", "--quiet", "--force"]
+    assert main(args) == 2
+    assert f"{inside}: holds the input {inside / 'train.en'}" in capsys.readouterr().err
+    assert (inside / "train.en").read_bytes() == before
+    assert sorted(p.name for p in corpus.iterdir() if p.name.startswith(".")) == []
+
+
 def test_missing_arguments_are_reported(corpus: Path, capsys) -> None:
     assert main(["prepare", "--train", str(corpus / "train"), "--out", str(corpus / "o")]) == 2
     assert "--valid PREFIX" in capsys.readouterr().err

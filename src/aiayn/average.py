@@ -72,8 +72,15 @@ def average_weights(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
 
 def average_checkpoints(paths: Sequence[str | Path], out: str | Path) -> Path:
     """Average `paths` into a new checkpoint directory `out` (config and vocabulary of the
-    last; its metadata lists what was averaged)."""
+    last; its metadata lists what was averaged). An `out` that is, or holds, one of `paths`
+    (say the run's own directory) is refused: writing it would delete that checkpoint."""
     paths = [Path(p) for p in paths]
+    out = Path(out)
+    for path in paths:
+        if out.exists() and path.resolve().is_relative_to(out.resolve()):
+            raise CheckpointError(
+                f"{out}: is or holds the input checkpoint {path}; write the average elsewhere"
+            )
     weights = average_weights(paths)
     newest = paths[-1]
     config = read_config(newest)

@@ -316,19 +316,26 @@ def _run_evaluate(args: argparse.Namespace) -> int:
         # An --hyp-out that cannot be written fails before translating; opened to append, so
         # that a run failing later leaves an existing file as it was.
         open(args.hyp_out, "a", encoding="utf-8").close()
+    refs = read_lines(args.ref)
     if args.hyp is not None:
         hyps = read_lines(args.hyp)
     else:
         from aiayn.translate import one_line
 
+        sources = read_lines(args.src)
+        if len(sources) != len(refs):  # before translating, not after minutes of it
+            raise DataError(
+                f"{args.src} has {len(sources)} lines but {args.ref} has {len(refs)}: "
+                "each source line needs one reference line"
+            )
         # as `read_lines` would read them back from --hyp-out: one line each, right-stripped
-        hyps = [one_line(h).rstrip() for h in _translator(args).translate(read_lines(args.src))]
+        hyps = [one_line(h).rstrip() for h in _translator(args).translate(sources)]
     if args.hyp_out:
         Path(args.hyp_out).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
     ref = Path(args.ref)
     suffix = (ref.with_suffix("") if ref.suffix == ".gz" else ref).suffix.lstrip(".")
     lang = args.lang or (suffix if suffix.isalpha() and len(suffix) == 2 else "en")
-    report = score(hyps, read_lines(args.ref), lang)
+    report = score(hyps, refs, lang)
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 

@@ -69,7 +69,7 @@ def prepare(
     splits = _resolve_splits(train, tsv, valid, test, src, tgt)
     length_filter = _length_filter(max_tokens_per_side, max_len_ratio)
     threads = cpu_threads(workers)
-    _check_out(out, overwrite)
+    _check_out(out, overwrite, splits)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the published directory should not be
@@ -152,11 +152,22 @@ def _resolve_splits(
     return splits
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
+def _check_out(out: Path, overwrite: bool, splits: dict[str, ParallelFiles]) -> None:
+    """`out` may be replaced only with `overwrite`, and never while it holds an input: the
+    old directory is deleted once the new one is in place, and the corpus with it."""
     if out.exists() and not out.is_dir():
         raise DataError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not overwrite:
         raise DataError(f"{out}: already exists and is not empty (use --force to replace it)")
+    for files in splits.values():
+        for path in files.paths:
+            if path.resolve().is_relative_to(out.resolve()):
+                raise DataError(
+                    f"{out}: holds the input {path}, which replacing it would delete; "
+                    "write to another --out"
+                )
 
 
 def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
