@@ -43,12 +43,20 @@ def test_every_linear_map_is_int8_including_the_tied_projection(ckpt):
     assert torch.allclose(int8_logits, float_logits, atol=0.05 * scale)  # ... the same matrix
 
 
-@pytest.mark.parametrize("amx", [True, False])
-def test_int8_engine_is_onednn_with_amx_tiles_and_the_setting_is_put_back(ckpt, monkeypatch, amx):
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+def fake_cpu(monkeypatch, amx: bool, vnni: bool) -> None:
+    """Make `int8_engine` see a CPU with or without AMX tiles and AVX-512 VNNI."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: vnni, raising=False)
+
+
+@pytest.mark.parametrize(("amx", "vnni"), [(True, True), (False, True), (True, False), (False, False)])
+def test_int8_engine_is_onednn_with_amx_or_vnni_and_the_setting_is_put_back(
+    ckpt, monkeypatch, amx, vnni
+):
+    fake_cpu(monkeypatch, amx, vnni)
     default = torch.backends.quantized.engine
     onednn = "onednn" in torch.backends.quantized.supported_engines
-    expected = "onednn" if amx and onednn else default
+    expected = "onednn" if (amx or vnni) and onednn else default
     assert int8_engine() == expected
     packed_with, pack = [], Int8Linear.pack
 
@@ -66,7 +74,7 @@ def test_int8_engine_is_onednn_with_amx_tiles_and_the_setting_is_put_back(ckpt, 
     assert model.project.reduce_range == (expected != "onednn")
 
 
-@pytest.mark.skipif(int8_engine() != "onednn", reason="oneDNN int8 kernels (a CPU with AMX)")
+@pytest.mark.skipif(int8_engine() != "onednn", reason="oneDNN int8 kernels (AMX or AVX-512 VNNI)")
 @pytest.mark.filterwarnings("ignore:.*deprecated:DeprecationWarning")
 def test_onednn_int8_inputs_keep_8_bits_and_halve_the_error():
     """Relative error of one product against float32: 8-bit inputs ~1.1%, 7-bit ~2.1%."""
@@ -118,7 +126,7 @@ def test_int8_log_probs_are_close_to_float32(tmp_path, monkeypatch, tied, amx):
     average ~0.02 in log-probability. Tolerance: max 0.3, mean 0.05. Quantizing with a wrong
     matrix (another layer's, a transposed one) moves them by about their spread, ~1.
     """
-    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)  # which engine packs
+    fake_cpu(monkeypatch, amx, vnni=False)  # which engine packs
     ckpt = save_tiny_checkpoint(tmp_path / "ckpt", tie_embeddings=tied)
     exact = Translator.from_checkpoint(ckpt).model
     int8 = Translator.from_checkpoint(ckpt, int8=True).model

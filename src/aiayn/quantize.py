@@ -4,10 +4,10 @@
 
 Every `nn.Linear` (attention projections, feed-forward) gets int8 weights with one scale
 per output row, and its input is quantized per call ("dynamic", one scale per tensor).
-The products are PyTorch's int8 kernels: oneDNN's on CPUs with AMX (faster there, see
-`int8_engine`), fbgemm's elsewhere. CTranslate2's int8 also keeps a scale per weight row.
-With oneDNN the inputs keep all 8 bits, where PyTorch's own module cuts them to 7
-(`Int8Linear`).
+The products are PyTorch's int8 kernels: oneDNN's on CPUs with AMX or AVX-512 VNNI (see
+`int8_engine`), PyTorch's default (fbgemm's) elsewhere. CTranslate2's int8 also keeps a
+scale per weight row. With oneDNN the inputs keep all 8 bits, where PyTorch's own module
+cuts them to 7 (`Int8Linear`).
 The tied pre-softmax projection (sec. 3.4) is `hidden @ embedding.t()` in
 `Transformer.project`, not a module, yet at an 8k-37k vocabulary it is a large share of
 each decoding step; so the quantized model also gets an int8 copy of that matrix, used by
@@ -71,13 +71,18 @@ class Int8Linear(nn.Module):
 
     PyTorch's dynamic `Linear` always quantizes its input to 7 bits (`reduce_range=True`),
     because fbgemm's AVX2 kernels add pairs of u8 x s8 products in 16 bits, which 8-bit
-    inputs can overflow. oneDNN's AMX kernels accumulate in 32 bits, so there the input keeps
-    all 8 bits, which halves each product's error (relative error 1.1% against 2.1% for a
-    (128, 512) x (512, 2048) product of random values, at the same speed) and brings int8
-    translation closer to float32: on three Multi30k checkpoints (avg5 of
-    `runs/bench-multi30k-v4`, `-v3`, `-v2`) int8 changed 100, 84 and 105 of the 1,000 test
-    translations, against 136, 153 and 148 with 7 bits; its BLEU differed from float32's by
-    +0.01 and +0.21 (v4, v3), against +0.35 and +0.03 with 7 bits. Elsewhere 7 bits stay.
+    inputs can overflow. oneDNN's kernels on AMX tiles and on AVX-512 VNNI (`vpdpbusd`)
+    add the products straight into 32 bits, so there the input keeps all 8 bits, which
+    halves each product's error (relative error 1.1% against 2.1% for a (128, 512) x
+    (512, 2048) product of random values, at the same speed) and brings int8 translation
+    closer to float32. Of the 1,000 Multi30k test translations, int8 changed:
+    - Intel Xeon (AMX), avg5 of `runs/bench-multi30k-v4`, `-v3`, `-v2`: 100, 84 and 105
+      with 8 bits, against 136, 153 and 148 with 7; BLEU minus float32's +0.01 and +0.21
+      (v4, v3), against +0.35 and +0.03 with 7 bits.
+    - AMD EPYC Zen 4 (AVX-512 VNNI, no AMX), avg5 of `runs/bench-multi30k-v5`: 89 with 8
+      bits on oneDNN, against 136 with 7 on PyTorch's default; BLEU minus float32's +0.11
+      against -0.04.
+    Elsewhere 7 bits stay.
     """
 
     def __init__(self, packed: torch.Tensor, reduce_range: bool) -> None:
@@ -110,15 +115,25 @@ class Int8Linear(nn.Module):
 
 
 def int8_engine() -> str:
-    """The int8 kernels to pack for: oneDNN on CPUs with AMX tiles, else PyTorch's default.
+    """The int8 kernels to pack for: oneDNN on CPUs with AMX tiles or AVX-512 VNNI, whose
+    u8 x s8 products add up in 32 bits (so inputs may keep 8 bits, `Int8Linear`), else
+    PyTorch's default.
 
-    Measured on a 2-vCPU Xeon with AMX (benchmarks/translate_speed.py's base model, one
-    batch of 113 sentences): beam search 2.2-2.4 s with oneDNN against 2.7-3.1 s with
-    fbgemm, PyTorch's default, at the same agreement with float32. Without AMX we have not
-    measured oneDNN against fbgemm, so the default stays.
+    Measured with benchmarks/translate_speed.py's base model, 2 vCPUs:
+    - Intel Xeon with AMX, one batch of 113 sentences: beam search 2.2-2.4 s with oneDNN
+      against 2.7-3.1 s with fbgemm, at the same agreement with float32.
+    - AMD EPYC Zen 4 (AVX-512 VNNI), its 4 batches (500 sentences), 8 turns each: 14.59 s
+      with oneDNN against 14.74 s with PyTorch's default ("x86"), the same speed; the
+      largest teacher-forced log-probability difference from float32 0.082 against 0.102.
+    Without either, oneDNN's u8 x s8 kernels go through 16-bit sums as fbgemm's do
+    (oneDNN's guide, "Nuances of int8 Computations"): the default stays.
     """
-    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()  # private in torch 2.13
-    if amx and "onednn" in torch.backends.quantized.supported_engines:
+    # Both checks are private in torch 2.13; a version without them counts as neither.
+    exact_sums = any(
+        getattr(torch.cpu, check, lambda: False)()
+        for check in ("_is_amx_tile_supported", "_is_vnni_supported")
+    )
+    if exact_sums and "onednn" in torch.backends.quantized.supported_engines:
         return "onednn"
     return torch.backends.quantized.engine
 
