@@ -76,11 +76,12 @@ def average_checkpoints(paths: Sequence[str | Path], out: str | Path) -> Path:
     (say the run's own directory) is refused: writing it would delete that checkpoint."""
     paths = [Path(p) for p in paths]
     out = Path(out)
-    for path in paths:
-        if out.exists() and path.resolve().is_relative_to(out.resolve()):
-            raise CheckpointError(
-                f"{out}: is or holds the input checkpoint {path}; write the average elsewhere"
-            )
+    root = out.resolve()
+    held = [p for p in paths if p.resolve().is_relative_to(root)] if out.exists() else []
+    if held:
+        raise CheckpointError(
+            f"{out}: is or holds the input checkpoint {held[0]}; write the average elsewhere"
+        )
     weights = average_weights(paths)
     newest = paths[-1]
     config = read_config(newest)

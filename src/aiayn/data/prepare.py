@@ -161,13 +161,13 @@ def _check_out(out: Path, overwrite: bool, splits: dict[str, ParallelFiles]) -> 
         return
     if not overwrite:
         raise DataError(f"{out}: already exists and is not empty (use --force to replace it)")
-    for files in splits.values():
-        for path in files.paths:
-            if path.resolve().is_relative_to(out.resolve()):
-                raise DataError(
-                    f"{out}: holds the input {path}, which replacing it would delete; "
-                    "write to another --out"
-                )
+    root = out.resolve()
+    held = [p for f in splits.values() for p in f.paths if p.resolve().is_relative_to(root)]
+    if held:
+        raise DataError(
+            f"{out}: holds the input {held[0]}, which replacing it would delete; "
+            "write to another --out"
+        )
 
 
 def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
