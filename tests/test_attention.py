@@ -5,6 +5,7 @@ from aiayn.model.attention import (
     MultiHeadAttention,
     attend_mask,
     attention_weights,
+    decoding_attention,
     scaled_dot_product_attention,
 )
 from aiayn.model.cache import KVCache, LayerCache
@@ -23,6 +24,22 @@ def test_eq1_by_hand_with_padding():
     weights = attention_weights(q, k, mask)
     assert weights[1, :, :, 4:].abs().max() == 0
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 4))
+
+
+@pytest.mark.parametrize("mask_shape", [None, (3, 1, 1, 9), (3, 1, 4, 9)])
+def test_decoding_attention_is_eq1_as_the_fused_kernel_computes_it(mask_shape):
+    """The written-out form of a decoding step (4 queries per sentence) against the fused
+    kernel: no mask, a source padding mask broadcast over queries, a per-query mask; keys
+    and values as the cache holds them, a prefix of a larger store."""
+    q = torch.randn(3, 2, 8, 4, 5).select(2, 1)  # (batch, heads, q_len, d_k), not contiguous
+    store = torch.randn(2, 3, 2, 12, 5)
+    k, v = store[0, :, :, :9], store[1, :, :, :9]  # (batch, heads, 9, d): views of the store
+    mask = None
+    if mask_shape is not None:
+        mask = torch.rand(mask_shape) < 0.6
+        mask[..., 0] = True  # every query sees at least one key, as in decoding
+    expected = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(decoding_attention(q, k, v, mask), expected)
 
 
 def test_causal_mask_with_cached_prefix_aligns_to_the_last_queries():
@@ -80,6 +97,9 @@ def test_cache_follows_widening_reorders_multi_token_steps_and_leaving_sentences
     prefixes = [[2, 4, 7, 10, 11], [2, 4, 6, 12, 13], [2, 5, 9, 14, 15], [2, 5, 9, 16, 17]]
     check([[10, 11], [12, 13], [14, 15], [16, 17]], prefixes, [0, 0, 1, 1])
     assert cache.layers[0].cross_k.size(0) == 2  # (sentences, heads, src_len, d_k)
+    # contiguous, so that each step's attention reads them without a copy
+    layer = cache.layers[0]
+    assert layer.cross_k.is_contiguous() and layer.cross_v.is_contiguous()
     # 3 rows per sentence, each with its own history: the entries are laid out again.
     cache.reorder(torch.tensor([1, 0, 1, 3, 2, 3]))
     p = prefixes
