@@ -42,6 +42,25 @@ def test_decoding_attention_is_eq1_as_the_fused_kernel_computes_it(mask_shape):
     torch.testing.assert_close(decoding_attention(q, k, v, mask), expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@torch.no_grad()
+def test_cached_decoding_writes_attention_out_on_the_cpu_in_float32_only(monkeypatch, dtype):
+    """float32 on the CPU takes `decoding_attention`; bfloat16 keeps the fused kernel, whose
+    scores and softmax stay in float32."""
+    import aiayn.model.attention as attention
+
+    calls = []
+    written = attention.decoding_attention
+    monkeypatch.setattr(attention, "decoding_attention", lambda *a: calls.append(1) or written(*a))
+    model = Transformer(tiny_model_config()).eval().to(dtype)
+    src = torch.tensor([[5, 6, 7, 3]])
+    src_pad = model.pad_mask(src)
+    cache = model.new_cache(src_pad)
+    model.decode(torch.tensor([[2]]), model.encode(src, src_pad), src_pad, cache)
+    n_layers = len(cache.layers)
+    assert len(calls) == (2 * n_layers if dtype == torch.float32 else 0)
+
+
 def test_causal_mask_with_cached_prefix_aligns_to_the_last_queries():
     mask = attend_mask(None, causal=True, q_len=2, k_len=5, device=torch.device("cpu"))
     # the two queries are positions 3 and 4 of 5: they see keys <= 3 and <= 4

@@ -55,7 +55,7 @@ def decoding_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> 
     On the CPU, PyTorch's fused kernel is slow on such short queries: with the 4
     hypotheses of 99 sentences (8 heads, d_k 64) it took 3.6 ms over 41 source keys where
     the two batched products below take 1.6, and writing the step's attention out this
-    way cut aiayn's int8 beam search by 10% (benchmarks/README.md). It needs k and v whose
+    way cut aiayn's int8 beam search by 11% (benchmarks/README.md). It needs k and v whose
     (batch, heads) dimensions merge without a copy, as the cache's are (the encoder-decoder
     ones are stored contiguous for this), else the copy would cost what it saves.
     """
@@ -205,8 +205,10 @@ class MultiHeadAttention(nn.Module):
     @staticmethod
     def _attend_cached(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
         """Attention of a decoding step over the cache: (sentences, heads, g * q_len, d_v).
-        Written out on the CPU (`decoding_attention`, measured there); the fused kernel
-        elsewhere, and wherever dropout applies."""
-        if q.device.type == "cpu" and p == 0.0:
+        Written out on the CPU in float32/64 (`decoding_attention`, measured there); the
+        fused kernel elsewhere: on GPUs, wherever dropout applies, and in bfloat16/float16,
+        where the fused kernel keeps the scores and their softmax in float32 and the
+        written-out form would round them to the half type."""
+        if q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and p == 0.0:
             return decoding_attention(q, k, v, mask)
         return scaled_dot_product_attention(q, k, v, mask, p)
