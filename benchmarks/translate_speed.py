@@ -18,12 +18,14 @@ on the CPU only.
 
 The sources are `--sentences` random sentences of 10-40 tokens + eos, in the same
 length-sorted batches (at most `--max-tokens` source tokens and `--batch-size` sentences)
-for every system, decoded with beam 4 and a KV cache. Random weights rarely choose eos, and
-the libraries stop and count differently, so every hypothesis is forced to exactly
-`--out-len` decoder steps: aiayn with min_len = out_len - 1 and max_len = out_len (eos
-forced at the last step), CTranslate2 with min_decoding_length = max_decoding_length =
-out_len (eos is masked for the first min_decoding_length steps, and the result holds the
-out_len tokens without eos), transformers with min_new_tokens = max_new_tokens = out_len.
+for every system, decoded with beam 4 and a KV cache (aiayn's keeps its memory from one
+batch and pass to the next on the CPU, as `aiayn.translate.Translator` does). Random
+weights rarely choose eos, and the libraries stop and count differently, so every
+hypothesis is forced to exactly `--out-len` decoder steps: aiayn with min_len = out_len - 1
+and max_len = out_len (eos forced at the last step), CTranslate2 with min_decoding_length =
+max_decoding_length = out_len (eos is masked for the first min_decoding_length steps, and
+the result holds the out_len tokens without eos), transformers with min_new_tokens =
+max_new_tokens = out_len.
 No system can stop early or drop a finished sentence from its batch, so the figure
 measures the per-step cost only. Each system decodes all batches `--repeats` times, the
 systems taking turns, and its median time counts. Prints one JSON object.
@@ -45,6 +47,7 @@ from aiayn.config import ModelConfig
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from aiayn.decode.search import run_search
 from aiayn.decode.strategy import BeamStrategy
+from aiayn.model.cache import StoreBuffers
 from aiayn.model.transformer import Transformer
 from aiayn.quantize import quantize_int8
 from aiayn.translate import token_batches
@@ -80,13 +83,16 @@ def padded(sents: list[list[int]], device: str) -> torch.Tensor:
 
 
 @torch.no_grad()
-def run_aiayn(model: Transformer, batches: list[list[list[int]]], out_len: int, device) -> int:
+def run_aiayn(
+    model: Transformer, batches: list[list[list[int]]], out_len: int, device,
+    buffers: StoreBuffers | None = None,
+) -> int:  # fmt: skip
     steps = 0
     for sents in batches:
         src = padded(sents, device)  # (batch, src_len)
         max_len = torch.full((src.size(0),), out_len, device=src.device)
         strategy = BeamStrategy(max_len, BEAM, 1, ALPHA, out_len - 1, EOS_ID, PAD_ID)
-        hyps = run_search(model, src, strategy, BOS_ID)
+        hyps = run_search(model, src, strategy, BOS_ID, buffers)
         steps += sum(len(h[0].tokens) + 1 for h in hyps)
     return steps
 
@@ -198,10 +204,17 @@ def build_systems(config: ModelConfig, device: str, dtype: str, tmp: str) -> dic
     }
 
 
-def runner(name: str):
+def runner(name: str, device: str):
+    """The function that decodes `batches` with system `name`. aiayn's keeps its cache's
+    memory from one batch and pass to the next on the CPU, as a `Translator` does."""
     if name.startswith("ctranslate2"):
         return lambda model, batches, out_len, device: run_ct2(model, batches, out_len)
-    return run_hf if name.startswith("transformers") else run_aiayn
+    if name.startswith("transformers"):
+        return run_hf
+    buffers = StoreBuffers() if torch.device(device).type == "cpu" else None
+    return lambda model, batches, out_len, device: run_aiayn(
+        model, batches, out_len, device, buffers
+    )
 
 
 def timed(fn, *args) -> tuple[float, int]:
@@ -247,12 +260,13 @@ def main() -> None:
         systems = build_systems(config, args.device, args.dtype, tmp)
         agree = agreement(systems, sents[:CHECK_SENTENCES], args.out_len, args.device)
         live = {name: model for name, model in systems.items() if model is not None}
+        runners = {name: runner(name, args.device) for name in live}
         for name, model in live.items():
-            runner(name)(model, batches[-1:], 4, args.device)  # first-call overheads, untimed
+            runners[name](model, batches[-1:], 4, args.device)  # first-call overheads, untimed
         runs = {name: [] for name in live}
         for _ in range(args.repeats):  # interleaved, so that a slow spell hits every system
             for name, model in live.items():
-                runs[name].append(timed(runner(name), model, batches, args.out_len, args.device))
+                runs[name].append(timed(runners[name], model, batches, args.out_len, args.device))
         results, seconds = dict.fromkeys(systems), dict.fromkeys(systems)
         for name, timings in runs.items():
             seconds[name] = statistics.median(t for t, _ in timings)

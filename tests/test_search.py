@@ -149,8 +149,8 @@ class FakeModel:
     def encode(self, src, src_pad_mask):
         return src.float()[:, :, None]
 
-    def new_cache(self, src_pad_mask):
-        return KVCache([LayerCache()], src_pad_mask)
+    def new_cache(self, src_pad_mask, buffers=None):
+        return KVCache([LayerCache(buffers=buffers)], src_pad_mask)
 
     def decode(self, tgt_in, memory, src_pad_mask, cache):
         cache.advance(tgt_in.size(0), 1)

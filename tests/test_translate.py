@@ -156,6 +156,18 @@ def test_translations_come_back_in_input_order_whatever_the_batching(ckpt):
     assert [large.translate([line])[0] for line in LINES] == together
 
 
+@pytest.mark.parametrize("beam", [1, 4])
+def test_a_cpu_translator_keeps_its_cache_memory_and_translates_the_same(ckpt, beam):
+    kept = Translator.from_checkpoint(ckpt, beam=beam, max_tokens=16)  # several batches
+    fresh = Translator.from_checkpoint(ckpt, beam=beam, max_tokens=16)
+    fresh.buffers = None
+    expected = fresh.translate_nbest(LINES)
+    assert kept.buffers.nbytes == 0
+    assert kept.translate_nbest(LINES) == expected
+    assert kept.buffers.nbytes > 0
+    assert kept.translate_nbest(LINES) == expected  # a second call, on the kept memory
+
+
 def test_blank_inputs_do_not_run_the_model(ckpt, monkeypatch):
     translator = Translator.from_checkpoint(ckpt)
 

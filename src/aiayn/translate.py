@@ -9,6 +9,11 @@ Sentences are encoded with the checkpoint's vocabulary, sorted by length and gro
 batches of at most `max_tokens` source tokens (padding included) so that similar lengths
 decode together; results come back in the input order. Beam search settings default to the
 checkpoint's `decode` config (the paper's beam 4, alpha 0.6, input + 50).
+
+On a CPU a Translator keeps the memory of the search's cache from one batch (and one call)
+to the next (`model.cache.StoreBuffers`: no page faults on fresh memory, 7-10% of a base
+model's int8 beam search): up to about twice the largest batch's cache stays allocated for
+the Translator's life, or until `translator.buffers.clear()`.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from aiayn.decode.search import beam_search, greedy_search
 from aiayn.decode.strategy import Hypothesis
 from aiayn.device import parse_device
 from aiayn.errors import ConfigError
+from aiayn.model.cache import StoreBuffers
 from aiayn.model.transformer import Transformer
 from aiayn.quantize import check_int8, quantize_int8
 
@@ -76,6 +82,8 @@ class Translator:
         self.decode = decode or DecodeConfig()
         self.max_tokens = max_tokens
         self.device = next(model.parameters()).device
+        # On a GPU, PyTorch's caching allocator already reuses freed memory.
+        self.buffers = StoreBuffers() if self.device.type == "cpu" else None
 
     @classmethod
     def from_checkpoint(
@@ -137,9 +145,10 @@ class Translator:
                 src[row, : len(ids[j])] = torch.tensor(ids[j])
             src = src.to(self.device)  # (batch, src_len), right-padded
             if self.decode.beam == 1:
-                hyps = [[h] if h else [] for h in greedy_search(self.model, src, self.decode)]
+                best = greedy_search(self.model, src, self.decode, buffers=self.buffers)
+                hyps = [[h] if h else [] for h in best]
             else:
-                hyps = beam_search(self.model, src, self.decode)
+                hyps = beam_search(self.model, src, self.decode, buffers=self.buffers)
             found.update((todo[j], h) for j, h in zip(batch, hyps))
         return found
 

@@ -23,14 +23,92 @@ checks cached against recomputed decoding), for 1/group of the memory reads and 
     cache = model.new_cache(src_pad_mask)            # filled by model.decode(..., cache=cache)
     cache.reorder(rows)                              # hypotheses that survive a beam step
     cache.reorder(rows, sentences)                   # ... when finished sentences leave
+
+    buffers = StoreBuffers()                         # memory kept from one search to the next
+    with buffers.claim() as kept:                    # kept: `buffers`, or None while in use
+        cache = model.new_cache(src_pad_mask, kept)
 """
 
 from __future__ import annotations
 
+import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+
+class StoreBuffers:
+    """Memory for the cache's stores, kept from one search to the next (a CPU speed-up, not
+    in the paper).
+
+    A store's pages are first touched when a step's keys and values are written into it,
+    and on a CPU each fresh 4 KiB page costs a fault. PyTorch returns large blocks to the
+    system when they are freed, so every batch of a translation faulted its stores in
+    again: 350-690k faults and 7-10% of the time of a base model's int8 beam search over
+    500 sentences (benchmarks/README.md). With buffers, a store that is made, grown, or
+    compacted when sentences leave is written into a buffer kept for it, not fresh memory.
+
+    Each store (layer, name) has at most two flat buffers. A replacement goes into the one
+    the current store does not occupy, since it is copied from the current store. So the
+    buffers hold at most twice the largest cache seen, until `clear()`. One search uses
+    them at a time (`claim`); a search that finds them in use allocates its own memory.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[int, str], list[Tensor]] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def claim(self) -> Iterator[StoreBuffers | None]:
+        """-> these buffers for one search, or None if another search holds them."""
+        if not self._lock.acquire(blocking=False):
+            yield None
+            return
+        try:
+            yield self
+        finally:
+            self._lock.release()
+
+    def empty(self, key: tuple[int, str], shape: tuple[int, ...], like: Tensor,
+              current: Tensor | None) -> Tensor:  # fmt: skip
+        """An uninitialised `shape` tensor (dtype and device of `like`) for store `key`, in
+        its kept buffer that `current`, the store it replaces, does not occupy."""
+        n = math.prod(shape)
+        pair = self._buffers.setdefault(key, [])
+        held = None if current is None else current.untyped_storage().data_ptr()
+        free = [i for i, b in enumerate(pair) if b.untyped_storage().data_ptr() != held]
+        for i in free:
+            buffer = pair[i]
+            if buffer.numel() >= n and (buffer.dtype, buffer.device) == (like.dtype, like.device):
+                return buffer[:n].view(shape)
+        # As large as the pair's largest, so that both soon fit any store the search asks for.
+        fresh = like.new_empty(max([n] + [b.numel() for b in pair]))
+        if len(pair) < 2:
+            pair.append(fresh)
+        else:  # a buffer too small or of another dtype: replace it
+            pair[free[0]] = fresh
+        return fresh[:n].view(shape)
+
+    def holds(self, tensor: Tensor) -> bool:
+        """Whether `tensor` lies in one of the kept buffers."""
+        ptr = tensor.untyped_storage().data_ptr()
+        return any(b.untyped_storage().data_ptr() == ptr for p in self._buffers.values() for b in p)
+
+    @property
+    def nbytes(self) -> int:
+        """The memory kept, in bytes."""
+        return sum(b.untyped_storage().nbytes() for p in self._buffers.values() for b in p)
+
+    def clear(self) -> None:
+        """Give the kept memory back."""
+        self._buffers.clear()
+
+
+GROW = 32  # positions added to a full self-attention store at once
 
 
 @dataclass
@@ -39,6 +117,8 @@ class LayerCache:
     (set by `KVCache.advance`): rows per sentence, positions stored before this step, and
     the self-attention mask for this step's queries."""
 
+    index: int = 0  # the layer's place in the decoder: its stores' key in `buffers`
+    buffers: StoreBuffers | None = None  # memory kept across searches, or None
     self_k: Tensor | None = None  # (sentences, heads, capacity * group, d_k), entries in front
     self_v: Tensor | None = None  # (sentences, heads, capacity * group, d_v)
     cross_k: Tensor | None = None  # (sentences, heads, src_len, d_k)
@@ -50,17 +130,22 @@ class LayerCache:
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """Store this step's self-attention keys and values, (rows, new, heads, d);
         -> all entries so far, (sentences, heads, (length + new) * group, d), and `mask`."""
-        self.self_k = _append(self.self_k, k, self.group, self.length)
-        self.self_v = _append(self.self_v, v, self.group, self.length)
+        self._append("self_k", k)
+        self._append("self_v", v)
         end = (self.length + k.size(1)) * self.group
         return self.self_k[:, :, :end], self.self_v[:, :, :end], self.mask
 
-    def keep(self, sentences: Tensor) -> None:
-        """Drop the entries of the sentences not in `sentences` (which have left the batch)."""
+    def keep(self, sentences: Tensor, length: int) -> None:
+        """Drop the entries of the sentences not in `sentences` (which have left the batch);
+        `length`: positions stored. Only the entries written are copied, not spare capacity."""
         for name in ("self_k", "self_v", "cross_k", "cross_v"):
-            tensor = getattr(self, name)
-            if tensor is not None:
-                setattr(self, name, tensor.index_select(0, sentences))
+            store = getattr(self, name)
+            if store is None:
+                continue
+            end = length * self.group if name.startswith("self") else store.size(2)
+            kept = self._empty(name, (sentences.numel(), *store.shape[1:]), store)
+            torch.index_select(store[:, :, :end], 0, sentences, out=kept[:, :, :end])
+            setattr(self, name, kept)
 
     def regroup(self, slots: Tensor, group: int) -> None:
         """Re-store the self-attention entries for `group` rows per sentence (the beam
@@ -79,25 +164,27 @@ class LayerCache:
             own = own.view(rows // group, group, heads, length, d).permute(0, 2, 3, 1, 4)
             setattr(self, name, own.reshape(rows // group, heads, length * group, d))
 
+    def _append(self, name: str, new: Tensor) -> None:
+        """Write `new` (rows, q, heads, d) at positions length .. length + q - 1 of store
+        `name` (sentences, heads, capacity * group, d), growing it when full."""
+        rows, q, heads, d = new.shape
+        sentences, store = rows // self.group, getattr(self, name)
+        start, end = self.length * self.group, (self.length + q) * self.group
+        if store is None or end > store.size(2):
+            grown = self._empty(name, (sentences, heads, end + GROW * self.group, d), new)
+            if store is not None:
+                grown[:, :, :start] = store[:, :, :start]
+            store = grown
+            setattr(self, name, store)
+        # Row j of a sentence at position length + a goes to entry (length + a) * group + j.
+        place = store[:, :, start:end].view(sentences, heads, q, self.group, d)
+        place.copy_(new.view(sentences, self.group, q, heads, d).permute(0, 3, 2, 1, 4))
 
-GROW = 32  # positions added to a full self-attention store at once
-
-
-def _append(store: Tensor | None, new: Tensor, group: int, length: int) -> Tensor:
-    """Write `new` (rows, q, heads, d) at positions length .. length + q - 1 of `store`
-    (sentences, heads, capacity * group, d), growing it when full; -> the store."""
-    rows, q, heads, d = new.shape
-    sentences = rows // group
-    start, end = length * group, (length + q) * group
-    if store is None or end > store.size(2):
-        grown = new.new_empty(sentences, heads, end + GROW * group, d)
-        if store is not None:
-            grown[:, :, :start] = store[:, :, :start]
-        store = grown
-    # Row j of a sentence at position length + a goes to entry (length + a) * group + j.
-    place = store[:, :, start:end].view(sentences, heads, q, group, d)
-    place.copy_(new.view(sentences, group, q, heads, d).permute(0, 3, 2, 1, 4))
-    return store
+    def _empty(self, name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
+        """Memory for a store that replaces store `name`: kept (`StoreBuffers`) or fresh."""
+        if self.buffers is None:
+            return like.new_empty(shape)
+        return self.buffers.empty((self.index, name), shape, like, getattr(self, name))
 
 
 @dataclass
@@ -121,7 +208,7 @@ class KVCache:
         if sentences is not None:
             self.src_pad_mask = self.src_pad_mask.index_select(0, sentences)
             for layer in self.layers:
-                layer.keep(sentences)
+                layer.keep(sentences, self.length)
 
     def advance(self, rows: int, new: int) -> None:
         """Before a decoding step of `rows` hypotheses feeding `new` positions each: apply

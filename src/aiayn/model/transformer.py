@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
 from aiayn.model.attention import MultiHeadAttention
-from aiayn.model.cache import KVCache, LayerCache
+from aiayn.model.cache import KVCache, LayerCache, StoreBuffers
 from aiayn.model.dropout import Dropout
 from aiayn.model.layers import DecoderLayer, Embedding, EncoderLayer, PositionalEncoding
 from aiayn.model.linear import Linear, linear
@@ -125,9 +125,11 @@ class Transformer(nn.Module):
         memory = self.encode(src, src_pad_mask)
         return self.project(self.decode(tgt_in, memory, src_pad_mask))
 
-    def new_cache(self, src_pad_mask: Tensor) -> KVCache:
-        """An empty incremental-decoding state for a batch with this source padding."""
-        return KVCache([LayerCache() for _ in self.decoder], src_pad_mask)
+    def new_cache(self, src_pad_mask: Tensor, buffers: StoreBuffers | None = None) -> KVCache:
+        """An empty incremental-decoding state for a batch with this source padding; its
+        stores take their memory from `buffers` when given (see `StoreBuffers`)."""
+        layers = [LayerCache(index=i, buffers=buffers) for i in range(len(self.decoder))]
+        return KVCache(layers, src_pad_mask)
 
 
 def count_parameters(model: nn.Module) -> int:

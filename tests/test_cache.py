@@ -1,0 +1,120 @@
+"""The cache's kept memory (`model/cache.py: StoreBuffers`): searches that take their stores
+from it decode exactly as with fresh memory, and a later search reuses it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from aiayn.decode.search import beam_search, run_search
+from aiayn.decode.strategy import BeamStrategy
+from aiayn.model.cache import GROW, LayerCache, StoreBuffers
+from aiayn.model.transformer import Transformer
+from conftest import tiny_model_config
+
+
+@pytest.fixture
+def model() -> Transformer:
+    return Transformer(tiny_model_config()).eval()
+
+
+def batch(lengths: list[int]) -> torch.Tensor:
+    """(sentences, longest) random sources + eos, right-padded."""
+    src = torch.full((len(lengths), max(lengths) + 1), PAD_ID)
+    for row, n in enumerate(lengths):
+        src[row, :n] = torch.randint(4, 23, (n,))
+        src[row, n] = EOS_ID
+    return src
+
+
+def search(model, src: torch.Tensor, out_lengths: list[int], buffers: StoreBuffers | None):
+    """Beam 3, each sentence forced to its own output length (min_len beyond every max_len:
+    eos comes only where max_len forces it), so sentences leave the batch at different steps
+    and the longest outlives the stores' first capacity."""
+    max_len = torch.tensor(out_lengths)
+    strategy = BeamStrategy(max_len, 3, 2, 0.6, 1000, EOS_ID, PAD_ID)
+    return run_search(model, src, strategy, BOS_ID, buffers)
+
+
+def summary(hyps) -> list:
+    return [[(h.tokens, round(h.score, 5)) for h in sentence] for sentence in hyps]
+
+
+def test_searches_with_kept_buffers_decode_as_with_fresh_memory(model):
+    """Batches of other sizes one after the other, each twice: the stores grow (from one
+    kept buffer into the other), shrink when sentences leave, and are reused."""
+    small, large = batch([5, 3]), batch([7, 6, 4, 2])
+    small_out, large_out = [4, GROW + 8], [2, 9, GROW + 12, 5]
+    expected = {
+        "small": summary(search(model, small, small_out, None)),
+        "large": summary(search(model, large, large_out, None)),
+    }
+    buffers = StoreBuffers()
+    for name in ["small", "large", "small", "large"]:
+        src, out = (small, small_out) if name == "small" else (large, large_out)
+        assert summary(search(model, src, out, buffers)) == expected[name]
+
+
+def test_the_stores_live_in_the_buffers_and_a_second_search_adds_no_memory(model, monkeypatch):
+    buffers = StoreBuffers()
+    held = []
+    extend = LayerCache.extend
+
+    def recording(self, k, v):
+        out = extend(self, k, v)
+        held.append(buffers.holds(self.self_k) and buffers.holds(self.self_v))
+        return out
+
+    monkeypatch.setattr(LayerCache, "extend", recording)
+    src, out = batch([6, 4, 3]), [GROW + 5, 3, 8]
+    search(model, src, out, buffers)
+    kept = buffers.nbytes
+    assert kept > 0 and all(held)
+    held.clear()
+    search(model, src, out, buffers)
+    assert buffers.nbytes == kept and held and all(held)
+    buffers.clear()
+    assert buffers.nbytes == 0
+
+
+def test_a_replacement_store_never_overlaps_the_store_it_replaces():
+    """Two buffers per store, taken in turn: a grown or compacted store is copied from the
+    current one, so it must not be written into the current one's memory."""
+    buffers, like, key = StoreBuffers(), torch.zeros(1), (0, "self_k")
+    first = buffers.empty(key, (2, 3), like, None)
+    second = buffers.empty(key, (2, 4), like, first)
+    assert second.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+    third = buffers.empty(key, (2, 3), like, second)  # fits the first buffer again
+    assert third.untyped_storage().data_ptr() == first.untyped_storage().data_ptr()
+    bigger = buffers.empty(key, (4, 8), like, third)  # too big for the second: replaced
+    assert bigger.untyped_storage().data_ptr() not in {
+        third.untyped_storage().data_ptr(), second.untyped_storage().data_ptr()
+    }
+    assert buffers.nbytes == (6 + 32) * 4  # two buffers, no more
+    small = buffers.empty(key, (1, 7), like, bigger)  # the first is too small: replaced
+    assert small.untyped_storage().nbytes() == 32 * 4  # by one as large as the pair's largest
+    assert buffers.nbytes == (32 + 32) * 4
+
+
+def test_a_search_finding_the_buffers_in_use_allocates_its_own(model):
+    buffers, src = StoreBuffers(), batch([4, 2])
+    expected = summary(beam_search(model, src))
+    with buffers.claim() as mine:
+        assert mine is buffers
+        with buffers.claim() as other:
+            assert other is None
+        assert summary(beam_search(model, src, buffers=buffers)) == expected
+        assert buffers.nbytes == 0  # the search above did not touch them
+    assert summary(beam_search(model, src, buffers=buffers)) == expected
+    assert buffers.nbytes > 0
+
+
+def test_a_search_records_no_graph_into_the_buffers(model):
+    """Kept across searches, a buffer written under autograd would chain every search's
+    graph to the next and never free it: the search runs without gradients for any caller."""
+    buffers = StoreBuffers()
+    with torch.enable_grad():
+        search(model, batch([4, 3]), [5, 6], buffers)
+    store = buffers.empty((0, "self_k"), (1,), model.tgt_embed.weight, None)
+    assert buffers.holds(store) and not store.requires_grad and store.grad_fn is None
