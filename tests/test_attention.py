@@ -8,7 +8,7 @@ from aiayn.model.attention import (
     decoding_attention,
     scaled_dot_product_attention,
 )
-from aiayn.model.cache import KVCache, LayerCache
+from aiayn.model.cache import KVCache, LayerCache, StoreBuffers
 from aiayn.model.transformer import Transformer
 from conftest import own_histories, tiny_model_config
 
@@ -90,8 +90,20 @@ def test_cached_decoding_equals_recomputing_the_prefix(norm):
     assert cache.length == tgt.size(1)
 
 
+@pytest.fixture(params=[False, True], ids=["fresh memory", "kept buffers"])
+def buffers(request):
+    """None, or `StoreBuffers` claimed for the test's one cache: every cache behaviour holds
+    whether the stores take fresh memory or kept buffers."""
+    if not request.param:
+        yield None
+        return
+    kept = StoreBuffers()
+    with kept.claim():
+        yield kept
+
+
 @torch.no_grad()
-def test_cache_follows_widening_reorders_multi_token_steps_and_leaving_sentences():
+def test_cache_follows_widening_reorders_multi_token_steps_and_leaving_sentences(buffers):
     """Against decoding each chosen prefix from scratch: the beam widening after two
     positions, a reorder within each sentence's block, two positions fed at once, a change
     in rows per sentence, and a sentence leaving. The encoder-decoder keys stay one row per
@@ -100,7 +112,7 @@ def test_cache_follows_widening_reorders_multi_token_steps_and_leaving_sentences
     src = torch.tensor([[5, 6, 7, 3], [9, 10, 3, 0]])
     src_pad = model.pad_mask(src)
     memory = model.encode(src, src_pad)
-    cache = model.new_cache(src_pad)
+    cache = model.new_cache(src_pad, buffers)
 
     def check(tokens, prefixes, sentence):
         step = model.decode(torch.tensor(tokens), None, cache.src_pad_mask, cache)
@@ -132,9 +144,10 @@ def test_cache_follows_widening_reorders_multi_token_steps_and_leaving_sentences
     assert cache.src_pad_mask.tolist() == src_pad[1:].tolist()
 
 
-def test_reorders_compose_and_move_no_stored_entry():
+def test_reorders_compose_and_move_no_stored_entry(buffers):
     """Two reorders before a step act as one; they rewrite the ancestry, not the store."""
-    cache = KVCache([LayerCache()], torch.zeros(1, 1, dtype=torch.bool))  # one sentence
+    one_sentence = torch.zeros(1, 1, dtype=torch.bool)
+    cache = KVCache([LayerCache(buffers=buffers)], one_sentence)
     cache.advance(rows=4, new=1)
     first = torch.arange(4).view(4, 1, 1, 1)  # (rows, 1, heads, d): row i holds i
     cache.layers[0].extend(first, first)

@@ -43,7 +43,8 @@ def summary(hyps) -> list:
 
 def test_searches_with_kept_buffers_decode_as_with_fresh_memory(model):
     """Batches of other sizes one after the other, each twice: the stores grow (from one
-    kept buffer into the other), shrink when sentences leave, and are reused."""
+    kept buffer into the other), shrink when sentences leave, and are reused. (That the
+    cache itself decodes as recomputation does is test_attention's to check.)"""
     small, large = batch([5, 3]), batch([7, 6, 4, 2])
     small_out, large_out = [4, GROW + 8], [2, 9, GROW + 12, 5]
     expected = {
@@ -78,10 +79,17 @@ def test_the_stores_live_in_the_buffers_and_a_second_search_adds_no_memory(model
     assert buffers.nbytes == 0
 
 
-def test_a_replacement_store_never_overlaps_the_store_it_replaces():
+@pytest.fixture
+def claimed() -> StoreBuffers:
+    buffers = StoreBuffers()
+    with buffers.claim():
+        yield buffers
+
+
+def test_a_replacement_store_never_overlaps_the_store_it_replaces(claimed):
     """Two buffers per store, taken in turn: a grown or compacted store is copied from the
     current one, so it must not be written into the current one's memory."""
-    buffers, like, key = StoreBuffers(), torch.zeros(1), (0, "self_k")
+    buffers, like, key = claimed, torch.zeros(1), (0, "self_k")
     first = buffers.empty(key, (2, 3), like, None)
     second = buffers.empty(key, (2, 4), like, first)
     assert second.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
@@ -95,6 +103,49 @@ def test_a_replacement_store_never_overlaps_the_store_it_replaces():
     small = buffers.empty(key, (1, 7), like, bigger)  # the first is too small: replaced
     assert small.untyped_storage().nbytes() == 32 * 4  # by one as large as the pair's largest
     assert buffers.nbytes == (32 + 32) * 4
+    half = buffers.empty(key, (2, 3), like.bfloat16(), small)  # another dtype: replaced
+    assert half.dtype == torch.bfloat16 and not buffers.holds(bigger)
+    assert buffers.nbytes == 32 * 4 + 6 * 2
+
+
+def test_misuse_that_would_share_a_live_stores_memory_is_refused(model):
+    buffers, src = StoreBuffers(), batch([4, 2])
+    pad = model.pad_mask(src)
+    with pytest.raises(RuntimeError, match="outside claim"):
+        buffers.empty((0, "self_k"), (1,), torch.zeros(1), None)
+    with buffers.claim() as kept:
+        first, second = model.new_cache(pad, kept), model.new_cache(pad, kept)
+        tokens = torch.full((2, 1), BOS_ID)
+        model.decode(tokens, model.encode(src, pad), pad, first)
+        with pytest.raises(RuntimeError, match="made twice"):  # a second cache on one claim
+            model.decode(tokens, model.encode(src, pad), pad, second)
+
+
+def test_a_search_that_fails_gives_its_claim_back(model, monkeypatch):
+    buffers, src = StoreBuffers(), batch([4, 2])
+    steps = []
+
+    def failing(hidden):
+        steps.append(1)
+        if len(steps) == 3:
+            raise ValueError("stop")
+        return Transformer.project(model, hidden)
+
+    monkeypatch.setattr(model, "project", failing)
+    with pytest.raises(ValueError, match="stop"):
+        beam_search(model, src, buffers=buffers)
+    with buffers.claim() as kept:
+        assert kept is buffers
+
+
+def test_buffers_made_in_inference_mode_serve_later_searches_outside_it(model):
+    buffers, src = StoreBuffers(), batch([5, 3])
+    expected = summary(beam_search(model, src))
+    with torch.inference_mode():
+        assert summary(beam_search(model, src, buffers=buffers)) == expected
+    assert summary(beam_search(model, src, buffers=buffers)) == expected
+    with torch.inference_mode():
+        assert summary(beam_search(model, src, buffers=buffers)) == expected
 
 
 def test_a_search_finding_the_buffers_in_use_allocates_its_own(model):
@@ -116,5 +167,6 @@ def test_a_search_records_no_graph_into_the_buffers(model):
     buffers = StoreBuffers()
     with torch.enable_grad():
         search(model, batch([4, 3]), [5, 6], buffers)
-    store = buffers.empty((0, "self_k"), (1,), model.tgt_embed.weight, None)
+    with buffers.claim():
+        store = buffers.empty((0, "self_k"), (1,), model.tgt_embed.weight, None)
     assert buffers.holds(store) and not store.requires_grad and store.grad_fn is None

@@ -26,7 +26,6 @@ from aiayn.decode.strategy import NEG_INF, BeamStrategy, GreedyStrategy, Hypothe
 from aiayn.model.cache import StoreBuffers
 
 
-@torch.no_grad()
 def beam_search(
     model, src: Tensor, config: DecodeConfig | None = None, bos_id: int = BOS_ID,
     eos_id: int = EOS_ID, buffers: StoreBuffers | None = None,
@@ -45,7 +44,6 @@ def beam_search(
     return run_search(model, src, strategy, bos_id, buffers)
 
 
-@torch.no_grad()
 def greedy_search(
     model, src: Tensor, config: DecodeConfig | None = None, bos_id: int = BOS_ID,
     eos_id: int = EOS_ID, buffers: StoreBuffers | None = None,
@@ -94,6 +92,7 @@ def _search(
     model, src: Tensor, strategy: BeamStrategy | GreedyStrategy, bos_id: int,
     buffers: StoreBuffers | None,
 ) -> list[list[Hypothesis]]:  # fmt: skip
+    """`run_search` with its buffers claimed (or None)."""
     src_pad = model.pad_mask(src)  # (batch, src_len), True = padding
     memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
     cache = model.new_cache(src_pad, buffers)

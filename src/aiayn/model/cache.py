@@ -26,7 +26,7 @@ checks cached against recomputed decoding), for 1/group of the memory reads and 
 
     buffers = StoreBuffers()                         # memory kept from one search to the next
     with buffers.claim() as kept:                    # kept: `buffers`, or None while in use
-        cache = model.new_cache(src_pad_mask, kept)
+        cache = model.new_cache(src_pad_mask, kept)  # one cache per claim, used inside it
 """
 
 from __future__ import annotations
@@ -48,18 +48,22 @@ class StoreBuffers:
     A store's pages are first touched when a step's keys and values are written into it,
     and on a CPU each fresh 4 KiB page costs a fault. PyTorch returns large blocks to the
     system when they are freed, so every batch of a translation faulted its stores in
-    again: 350-690k faults and 7-10% of the time of a base model's int8 beam search over
-    500 sentences (benchmarks/README.md). With buffers, a store that is made, grown, or
-    compacted when sentences leave is written into a buffer kept for it, not fresh memory.
+    again: 368k-608k faults, 7-11% of the time of a base model's int8 beam search over 500
+    sentences (benchmarks/README.md, "Beam search"). With buffers, a self-attention store
+    that is made or grown, and any store compacted when sentences leave, is written into a
+    buffer kept for it instead of fresh memory. (The encoder-decoder stores are made once a
+    search, from the encoder's output; the beam's widening rewrites a one-position store.)
 
-    Each store (layer, name) has at most two flat buffers. A replacement goes into the one
-    the current store does not occupy, since it is copied from the current store. So the
-    buffers hold at most twice the largest cache seen, until `clear()`. One search uses
-    them at a time (`claim`); a search that finds them in use allocates its own memory.
+    Each store (layer, name) has at most two flat buffers, each as large as the largest that
+    store has needed. A replacement goes into the one the current store does not occupy,
+    since it is copied from the current store. One search uses them at a time (`claim`), with
+    one cache, inside the claim; a search that finds them claimed allocates its own memory.
+    The memory stays until `clear()`.
     """
 
     def __init__(self) -> None:
         self._buffers: dict[tuple[int, str], list[Tensor]] = {}
+        self._made: set[tuple[int, str]] = set()  # stores made under the current claim
         self._lock = threading.Lock()
 
     @contextmanager
@@ -68,6 +72,7 @@ class StoreBuffers:
         if not self._lock.acquire(blocking=False):
             yield None
             return
+        self._made.clear()
         try:
             yield self
         finally:
@@ -76,7 +81,16 @@ class StoreBuffers:
     def empty(self, key: tuple[int, str], shape: tuple[int, ...], like: Tensor,
               current: Tensor | None) -> Tensor:  # fmt: skip
         """An uninitialised `shape` tensor (dtype and device of `like`) for store `key`, in
-        its kept buffer that `current`, the store it replaces, does not occupy."""
+        its kept buffer that `current`, the store it replaces (None: a new store), does not
+        occupy."""
+        if not self._lock.locked():
+            raise RuntimeError("StoreBuffers used outside claim(): one search, inside it")
+        if current is None:
+            # A second new store under one key would share memory with the live first one.
+            if key in self._made:
+                raise RuntimeError(f"store {key} made twice under one claim: one cache per "
+                                   "claim, each layer with its own index")  # fmt: skip
+            self._made.add(key)
         n = math.prod(shape)
         pair = self._buffers.setdefault(key, [])
         held = None if current is None else current.untyped_storage().data_ptr()
@@ -85,8 +99,12 @@ class StoreBuffers:
             buffer = pair[i]
             if buffer.numel() >= n and (buffer.dtype, buffer.device) == (like.dtype, like.device):
                 return buffer[:n].view(shape)
-        # As large as the pair's largest, so that both soon fit any store the search asks for.
-        fresh = like.new_empty(max([n] + [b.numel() for b in pair]))
+        # As large as the pair's largest, so that both soon fit any store the search asks
+        # for. Allocated outside inference mode: a buffer made under torch.inference_mode()
+        # could not be written by a later search outside it.
+        size = max([n] + [b.numel() for b in pair if b.dtype == like.dtype])
+        with torch.inference_mode(False):
+            fresh = like.new_empty(size)
         if len(pair) < 2:
             pair.append(fresh)
         else:  # a buffer too small or of another dtype: replace it
@@ -94,14 +112,16 @@ class StoreBuffers:
         return fresh[:n].view(shape)
 
     def holds(self, tensor: Tensor) -> bool:
-        """Whether `tensor` lies in one of the kept buffers."""
+        """Whether `tensor` lies in one of the kept buffers (a diagnostic)."""
         ptr = tensor.untyped_storage().data_ptr()
-        return any(b.untyped_storage().data_ptr() == ptr for p in self._buffers.values() for b in p)
+        kept = [b for pair in list(self._buffers.values()) for b in pair]
+        return any(b.untyped_storage().data_ptr() == ptr for b in kept)
 
     @property
     def nbytes(self) -> int:
-        """The memory kept, in bytes."""
-        return sum(b.untyped_storage().nbytes() for p in self._buffers.values() for b in p)
+        """The memory kept, in bytes (a diagnostic)."""
+        kept = [b for pair in list(self._buffers.values()) for b in pair]
+        return sum(b.untyped_storage().nbytes() for b in kept)
 
     def clear(self) -> None:
         """Give the kept memory back."""
