@@ -211,7 +211,7 @@ def runner(name: str, device: str):
         return lambda model, batches, out_len, device: run_ct2(model, batches, out_len)
     if name.startswith("transformers"):
         return run_hf
-    buffers = StoreBuffers() if torch.device(device).type == "cpu" else None
+    buffers = StoreBuffers.for_device(device)
     return lambda model, batches, out_len, device: run_aiayn(
         model, batches, out_len, device, buffers
     )

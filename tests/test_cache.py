@@ -161,6 +161,12 @@ def test_a_search_finding_the_buffers_in_use_allocates_its_own(model):
     assert buffers.nbytes > 0
 
 
+def test_buffers_are_kept_for_cpu_searches_only():
+    """On a GPU, PyTorch's caching allocator already reuses freed memory."""
+    assert isinstance(StoreBuffers.for_device("cpu"), StoreBuffers)
+    assert StoreBuffers.for_device(torch.device("cuda", 0)) is None
+
+
 def test_a_search_records_no_graph_into_the_buffers(model):
     """Kept across searches, a buffer written under autograd would chain every search's
     graph to the next and never free it: the search runs without gradients for any caller."""

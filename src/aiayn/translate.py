@@ -82,8 +82,7 @@ class Translator:
         self.decode = decode or DecodeConfig()
         self.max_tokens = max_tokens
         self.device = next(model.parameters()).device
-        # On a GPU, PyTorch's caching allocator already reuses freed memory.
-        self.buffers = StoreBuffers() if self.device.type == "cpu" else None
+        self.buffers = StoreBuffers.for_device(self.device)
 
     @classmethod
     def from_checkpoint(

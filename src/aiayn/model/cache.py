@@ -66,6 +66,12 @@ class StoreBuffers:
         self._made: set[tuple[int, str]] = set()  # stores made under the current claim
         self._lock = threading.Lock()
 
+    @classmethod
+    def for_device(cls, device: str | torch.device) -> StoreBuffers | None:
+        """Buffers for searches on `device`: on a CPU; None on a GPU, where PyTorch's caching
+        allocator already reuses freed memory."""
+        return cls() if torch.device(device).type == "cpu" else None
+
     @contextmanager
     def claim(self) -> Iterator[StoreBuffers | None]:
         """-> these buffers for one search, or None if another search holds them."""
@@ -114,14 +120,16 @@ class StoreBuffers:
     def holds(self, tensor: Tensor) -> bool:
         """Whether `tensor` lies in one of the kept buffers (a diagnostic)."""
         ptr = tensor.untyped_storage().data_ptr()
-        kept = [b for pair in list(self._buffers.values()) for b in pair]
-        return any(b.untyped_storage().data_ptr() == ptr for b in kept)
+        return any(b.untyped_storage().data_ptr() == ptr for b in self._kept())
 
     @property
     def nbytes(self) -> int:
         """The memory kept, in bytes (a diagnostic)."""
-        kept = [b for pair in list(self._buffers.values()) for b in pair]
-        return sum(b.untyped_storage().nbytes() for b in kept)
+        return sum(b.untyped_storage().nbytes() for b in self._kept())
+
+    def _kept(self) -> list[Tensor]:
+        # A copy: a search in another thread may add a store's pair meanwhile.
+        return [b for pair in list(self._buffers.values()) for b in pair]
 
     def clear(self) -> None:
         """Give the kept memory back."""
