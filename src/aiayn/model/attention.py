@@ -62,8 +62,11 @@ def decoding_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> 
     batch, heads, q_len, d_k = q.shape
     k_len = k.size(2)
     q = (q * d_k**-0.5).reshape(batch * heads, q_len, d_k)  # scaled first: it is the smallest
-    scores = torch.bmm(q, k.reshape(batch * heads, k_len, d_k).transpose(1, 2))
-    scores = scores.view(batch, heads, q_len, k_len)  # (batch, heads, q_len, k_len)
+    # K q^T, then transposed: MKL streams K as the left operand, row by row, twice as fast
+    # as the right operand of q K^T when K comes from memory rather than cache, as a
+    # search's keys do (0.40 against 0.78 ms for 792 x 41 keys; benchmarks/README.md).
+    scores_t = torch.bmm(k.reshape(batch * heads, k_len, d_k), q.transpose(1, 2))
+    scores = scores_t.transpose(1, 2).reshape(batch, heads, q_len, k_len)  # a copy: contiguous
     if mask is not None:
         scores.masked_fill_(~mask, float("-inf"))  # mask broadcasts over heads (and queries)
     weights = scores.softmax(dim=-1).view(batch * heads, q_len, k_len)
