@@ -124,6 +124,20 @@ def test_row_topk_with_ties_gives_topks_values_at_distinct_indices():
     assert all(len(set(row)) == 4 for row in index.tolist())
 
 
+def test_row_topk_off_the_cpu_is_torch_topk(monkeypatch):
+    """The chunked path was measured on CPUs only: elsewhere (here the meta device, as a
+    stand-in for a GPU) row_topk is torch.topk and takes no chunk maxima."""
+
+    def no_chunks(*args, **kwargs):
+        raise AssertionError("row_topk took chunk maxima")
+
+    monkeypatch.setattr(torch.Tensor, "amax", no_chunks)
+    values, index = row_topk(torch.empty(3, 4, 8000, device="meta"), 8)
+    assert values.shape == index.shape == (3, 4, 8)
+    with pytest.raises(AssertionError, match="chunk maxima"):  # the CPU path does take them
+        row_topk(torch.randn(3, 4, 8000), 8)
+
+
 @torch.no_grad()
 def test_beam_search_over_a_wide_vocabulary_equals_the_one_with_torch_topk(monkeypatch):
     """A model whose vocabulary spans many chunks: row_topk and torch.topk give the same

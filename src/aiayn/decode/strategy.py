@@ -73,15 +73,16 @@ def row_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     topk runs only over the k chunks with the largest maxima (and the row's last, partial
     chunk): 1.1 ms for the same rows (benchmarks/README.md).
 
-    Why the values are exact: take the i-th largest entry v_i of a row. If some entry >= v_i
-    lies in a chunk c that was not picked, each of the k picked chunks has a maximum >=
-    max(c) >= v_i, so the candidates hold k >= i entries >= v_i; otherwise they hold all i.
-    Either way the candidates' i-th largest is v_i. Among equal entries the index picked may
+    Why the values are exact: take a row's i largest entries (i <= k), the least of them
+    v_i. If one of them lies in a whole chunk c that was not picked, each of the k picked
+    chunks has a maximum >= max(c) >= v_i: the candidates hold k >= i entries >= v_i.
+    Otherwise they hold all i. Either way the candidates' i-th largest is v_i (they are
+    entries of the row, so it is no larger). Among equal entries the index picked may
     differ from torch.topk's, which does not specify it either.
     """
     *lead, width = x.shape
     chunks = width // TOPK_CHUNK
-    if chunks <= k:
+    if chunks <= k or x.device.type != "cpu":  # measured on CPUs only
         return x.topk(k, dim=-1)
     x = x.reshape(-1, width)  # (rows, width)
     rows, end = x.size(0), chunks * TOPK_CHUNK

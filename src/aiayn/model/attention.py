@@ -62,9 +62,10 @@ def decoding_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> 
     batch, heads, q_len, d_k = q.shape
     k_len = k.size(2)
     q = (q * d_k**-0.5).reshape(batch * heads, q_len, d_k)  # scaled first: it is the smallest
-    # K q^T, then transposed: MKL streams K as the left operand, row by row, twice as fast
-    # as the right operand of q K^T when K comes from memory rather than cache, as a
-    # search's keys do (0.40 against 0.78 ms for 792 x 41 keys; benchmarks/README.md).
+    # K q^T, then transposed: MKL reads K faster as the left operand, row by row, than as
+    # the right operand of q K^T, when K comes from memory rather than cache, as a search's
+    # keys do. On the AMD EPYC: 0.40 against 0.78 ms for 792 x 41 keys, and int8 beam
+    # search 4.6% faster in situ (benchmarks/README.md, "Beam search").
     scores_t = torch.bmm(k.reshape(batch * heads, k_len, d_k), q.transpose(1, 2))
     scores = scores_t.transpose(1, 2).reshape(batch, heads, q_len, k_len)  # a copy: contiguous
     if mask is not None:
