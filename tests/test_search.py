@@ -139,18 +139,16 @@ def test_row_topk_off_the_cpu_is_torch_topk(monkeypatch):
 
 
 @torch.no_grad()
-def test_beam_search_over_a_wide_vocabulary_equals_the_one_with_torch_topk(monkeypatch):
+@pytest.mark.parametrize("search", [beam_search, greedy_search])
+def test_search_over_a_wide_vocabulary_equals_the_one_with_torch_topk(monkeypatch, search):
     """A model whose vocabulary spans many chunks: row_topk and torch.topk give the same
-    translations and scores."""
+    translations, scores and log-probabilities, in beam and in greedy search."""
     model = Transformer(tiny_model_config(vocab_size=700)).eval()
     src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0], [11, 3, 0, 0, 0]])
     config = DecodeConfig(max_len_offset=8)
-    fast = beam_search(model, src, config)
+    fast = search(model, src, config)
     monkeypatch.setattr(strategy_module, "row_topk", lambda x, k: x.topk(k, dim=-1))
-    slow = beam_search(model, src, config)
-    assert [[(h.tokens, h.score) for h in s] for s in fast] == [
-        [(h.tokens, h.score) for h in s] for s in slow
-    ]
+    assert fast == search(model, src, config)
 
 
 @torch.no_grad()
