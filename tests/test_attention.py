@@ -42,6 +42,53 @@ def test_decoding_attention_is_eq1_as_the_fused_kernel_computes_it(mask_shape):
     torch.testing.assert_close(decoding_attention(q, k, v, mask), expected)
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_decoding_attention_over_bfloat16_keys_runs_its_products_in_bfloat16(masked):
+    """float32 queries over bfloat16 keys and values (the int8 model's encoder-decoder
+    stores): float32 out, eq. 1 to bfloat16's precision, both products in bfloat16 (the
+    output is a bfloat16 product's, exactly representable in bfloat16), masked keys unseen."""
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(3, 2, 4, 8, generator=gen)  # (batch, heads, q_len, d_k)
+    k, v = (torch.randn(3, 2, 9, 8, generator=gen).bfloat16() for _ in range(2))
+    mask = None
+    if masked:
+        mask = torch.ones(3, 1, 1, 9, dtype=torch.bool)
+        mask[1, ..., 6:] = False  # sentence 1's last 3 keys are padding
+        v[1, :, 6:] = 1e4  # would dominate its output if they were seen
+    out = decoding_attention(q, k, v, mask)
+    assert out.dtype == torch.float32 and out.shape == (3, 2, 4, 8)
+    assert torch.equal(out, out.bfloat16().float())  # rounded as a bfloat16 product's result
+    expected = scaled_dot_product_attention(q, k.float(), v.float(), mask)
+    torch.testing.assert_close(out, expected, atol=0.03, rtol=0.02)
+
+
+@torch.no_grad()
+def test_the_cache_keeps_encoder_decoder_keys_in_its_cross_dtype(buffers):
+    """`cross_cache_dtype` bfloat16: the encoder-decoder stores are bfloat16 (and stay so
+    when a sentence leaves), the self-attention ones float32; decoding matches float32's
+    to bfloat16's precision and differs from it (the narrow stores are the ones read)."""
+    model = Transformer(tiny_model_config()).eval()
+    src = torch.tensor([[5, 6, 7, 3], [9, 10, 3, 0]])
+    src_pad = model.pad_mask(src)
+    memory = model.encode(src, src_pad)
+    tgt = torch.tensor([[2, 4, 6], [2, 5, 8]])
+    expected = model.decode(tgt, memory, src_pad)  # float32, no cache
+    model.cross_cache_dtype = torch.bfloat16
+    cache = model.new_cache(src_pad, buffers)
+    steps = [model.decode(tgt[:, t : t + 1], memory, src_pad, cache) for t in range(3)]
+    got = torch.cat(steps, dim=1)
+    layer = cache.layers[0]
+    assert layer.cross_k.dtype == layer.cross_v.dtype == torch.bfloat16
+    assert layer.cross_k.is_contiguous() and layer.cross_v.is_contiguous()
+    assert layer.self_k.dtype == layer.self_v.dtype == torch.float32
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, expected, atol=0.05, rtol=0.02)
+    assert not torch.allclose(got, expected, atol=1e-5, rtol=1e-5)
+    cache.reorder(torch.tensor([1]), sentences=torch.tensor([1]))
+    model.decode(torch.tensor([[9]]), None, cache.src_pad_mask, cache)
+    assert cache.layers[0].cross_k.dtype == torch.bfloat16
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @torch.no_grad()
 def test_cached_decoding_writes_attention_out_on_the_cpu_in_float32_only(monkeypatch, dtype):

@@ -74,6 +74,40 @@ def test_int8_engine_is_onednn_with_amx_or_vnni_and_the_setting_is_put_back(
     assert model.project.reduce_range == (expected != "onednn")
 
 
+@pytest.mark.parametrize("native", [True, False], ids=["bf16-products", "no-bf16"])
+@torch.no_grad()
+def test_int8_cache_keeps_encoder_decoder_keys_in_bfloat16_where_the_cpu_multiplies_it(
+    ckpt, monkeypatch, native
+):
+    """Where the CPU has bfloat16 products the int8 model's cache keeps the encoder-decoder
+    keys and values in bfloat16, elsewhere in float32; decoding through it stays as close
+    to float32 as int8's tolerance (`test_int8_log_probs_are_close_to_float32`). Measured
+    on this tiny model over 3 draws: at most 0.065-0.099 from float32 with bfloat16 stores,
+    0.067-0.086 with float32 ones (mean 0.012-0.014 both); bfloat16 stores alone, on the
+    float32 model, 0.007-0.012."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
+    int8 = Translator.from_checkpoint(ckpt, int8=True).model
+    exact = Translator.from_checkpoint(ckpt).model
+    assert int8.cross_cache_dtype == (torch.bfloat16 if native else None)
+    assert exact.cross_cache_dtype is None  # float32 models keep float32 stores
+    gen = torch.Generator().manual_seed(2)
+    vocab = exact.config.vocab_size
+    src = torch.randint(4, vocab, (3, 7), generator=gen)  # (batch, src_len)
+    tgt_in = torch.randint(4, vocab, (3, 6), generator=gen)  # (batch, tgt_len)
+
+    def cached(model):  # -> (batch, tgt_len, vocab) log P, one step at a time, and the cache
+        src_pad = model.pad_mask(src)
+        memory = model.encode(src, src_pad)
+        cache = model.new_cache(src_pad)
+        steps = [model.decode(tgt_in[:, t : t + 1], memory, src_pad, cache) for t in range(6)]
+        return model.project(torch.cat(steps, dim=1)).log_softmax(-1), cache
+
+    got, cache = cached(int8)
+    assert cache.layers[0].cross_k.dtype == (torch.bfloat16 if native else torch.float32)
+    diff = (got - cached(exact)[0]).abs()
+    assert diff.max() < 0.3 and diff.mean() < 0.05
+
+
 @pytest.mark.skipif(int8_engine() != "onednn", reason="oneDNN int8 kernels (AMX or AVX-512 VNNI)")
 @pytest.mark.filterwarnings("ignore:.*deprecated:DeprecationWarning")
 def test_onednn_int8_inputs_keep_8_bits_and_halve_the_error():

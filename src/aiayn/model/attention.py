@@ -58,22 +58,29 @@ def decoding_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> 
     way cut aiayn's int8 beam search by 11% (benchmarks/README.md). It needs k and v whose
     (batch, heads) dimensions merge without a copy, as the cache's are (the encoder-decoder
     ones are stored contiguous for this), else the copy would cost what it saves.
+
+    k and v may be stored in a narrower dtype than q: the int8 model keeps the
+    encoder-decoder ones in bfloat16 (`quantize.py`). The two products then run in that
+    dtype (oneDNN's kernels, which add in float32 and round the result), the mask and
+    softmax in q's dtype, and the output is q's dtype.
     """
     batch, heads, q_len, d_k = q.shape
-    k_len = k.size(2)
-    q = (q * d_k**-0.5).reshape(batch * heads, q_len, d_k)  # scaled first: it is the smallest
+    k_len, dtype = k.size(2), q.dtype
+    q = (q * d_k**-0.5).to(k.dtype).reshape(batch * heads, q_len, d_k)  # scaled first: smallest
     # K q^T, then transposed: MKL reads K faster as the left operand, row by row, than as
     # the right operand of q K^T, when K comes from memory rather than cache, as a search's
     # keys do. On the AMD EPYC: 0.40 against 0.78 ms for 792 x 41 keys, and int8 beam
     # search 4.6% faster in situ (benchmarks/README.md, "Beam search").
     scores_t = torch.bmm(k.reshape(batch * heads, k_len, d_k), q.transpose(1, 2))
-    # A strided view of scores_t, not a copy: masked_fill_ writes into it, softmax reads it.
-    scores = scores_t.transpose(1, 2).reshape(batch, heads, q_len, k_len)
+    # A strided view of scores_t, not a copy, where k is in q's dtype: masked_fill_ writes
+    # into it, softmax reads it.
+    scores = scores_t.transpose(1, 2).reshape(batch, heads, q_len, k_len).to(dtype)
     if mask is not None:
         scores.masked_fill_(~mask, float("-inf"))  # mask broadcasts over heads (and queries)
-    weights = scores.softmax(dim=-1).reshape(batch * heads, q_len, k_len)  # a view if contiguous
+    # (batch * heads, q_len, k_len): a view where softmax writes contiguous, as it does now
+    weights = scores.softmax(dim=-1).to(v.dtype).reshape(batch * heads, q_len, k_len)
     out = torch.bmm(weights, v.reshape(batch * heads, k_len, v.size(-1)))
-    return out.view(batch, heads, q_len, -1)  # (batch, heads, q_len, d_v)
+    return out.view(batch, heads, q_len, -1).to(dtype)  # (batch, heads, q_len, d_v)
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
@@ -197,8 +204,7 @@ class MultiHeadAttention(nn.Module):
         else:
             k, v = self.project_kv(memory)  # (sentences, heads, src_len, d_k | d_v)
             if cache is not None:
-                # Read at every step: stored contiguous, as `decoding_attention` wants.
-                k, v = cache.cross_k, cache.cross_v = k.contiguous(), v.contiguous()
+                k, v = cache.store_cross(k, v)
         q = self._grouped(self.w_q(x), k.size(0))  # (sentences, heads, g * q_len, d_k)
         mask = attend_mask(key_pad_mask, False, q.size(2), k.size(2), x.device)
         if cache is not None:

@@ -7,7 +7,8 @@ search's first step, `beam` after it), and a beam reorder picks each row from it
 sentence's block. All hypotheses of a sentence attend to the same source, and beam
 hypotheses share their target prefixes, so the cache stores keys and values per sentence:
 
-- encoder-decoder: (sentences, heads, src_len, d), computed once from the encoder output;
+- encoder-decoder: (sentences, heads, src_len, d), computed once from the encoder output
+  (kept in bfloat16 by the int8 model where the CPU has bfloat16 products: `quantize.py`);
 - self-attention: (sentences, heads, length * group, d), append-only. Entry t * group + j
   holds what the hypothesis in row j of the sentence's block computed at position t.
   `slots` (rows, length) says which of a position's `group` entries belongs to each
@@ -154,6 +155,7 @@ class LayerCache:
     group: int = 1
     length: int = 0
     mask: Tensor | None = None  # (sentences, 1, group * new, (length + new) * group) or None
+    cross_dtype: torch.dtype | None = None  # of cross_k and cross_v; None: the keys' own
 
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """Store this step's self-attention keys and values, (rows, new, heads, d);
@@ -162,6 +164,17 @@ class LayerCache:
         self._append("self_v", v)
         end = (self.length + k.size(1)) * self.group
         return self.self_k[:, :, :end], self.self_v[:, :, :end], self.mask
+
+    def store_cross(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store the encoder-decoder keys and values, (sentences, heads, src_len, d), once a
+        search; -> the stored pair. Contiguous, as `decoding_attention` wants them since it
+        reads them at every step, and in `cross_dtype` (one copy does both)."""
+        dtype = self.cross_dtype or k.dtype
+        self.cross_k, self.cross_v = (
+            t.contiguous() if t.dtype == dtype else t.new_empty(t.shape, dtype=dtype).copy_(t)
+            for t in (k, v)
+        )
+        return self.cross_k, self.cross_v
 
     def keep(self, sentences: Tensor, length: int) -> None:
         """Drop the entries of the sentences not in `sentences` (which have left the batch);

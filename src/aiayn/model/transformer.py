@@ -45,6 +45,9 @@ class Transformer(nn.Module):
         pre = c.norm == "pre"
         self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.ln_eps) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model, eps=c.ln_eps) if pre else nn.Identity()
+        # The dtype in which a decoding cache keeps the encoder-decoder keys and values (None:
+        # the model's). `quantize_int8` narrows it to bfloat16 on CPUs that multiply it natively.
+        self.cross_cache_dtype: torch.dtype | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -128,7 +131,10 @@ class Transformer(nn.Module):
     def new_cache(self, src_pad_mask: Tensor, buffers: StoreBuffers | None = None) -> KVCache:
         """An empty incremental-decoding state for a batch with this source padding; its
         stores take their memory from `buffers` when given (see `StoreBuffers`)."""
-        layers = [LayerCache(index=i, buffers=buffers) for i in range(len(self.decoder))]
+        layers = [
+            LayerCache(index=i, buffers=buffers, cross_dtype=self.cross_cache_dtype)
+            for i in range(len(self.decoder))
+        ]
         return KVCache(layers, src_pad_mask)
 
 
