@@ -150,13 +150,16 @@ def bf16_products() -> bool:
     hold 100 MB of them for 99 sentences of 41 tokens, more than the L3 cache). In
     bfloat16 the reads halve, and the step's two attention products over them run in
     oneDNN (float32 sums, the result rounded to bfloat16), not in MKL's float32 code. On
-    the AMD EPYC, in the search (torch.profiler), the weights times V, (792 x 4 x 41) x
-    (41 x 64), took 0.23 ms a call against 0.60, and K q^T 0.34 against 0.44. aiayn's
-    int8 beam search over translate_speed.py's 4 batches took 11.53 s against 12.22
-    (in-process A/B, 5 turns each, medians), and its largest teacher-forced log-probability difference from
-    float32 stayed where int8 puts it (0.109 against 0.113; the bfloat16 stores alone,
-    on the float32 model, 0.009). The int8 products round far more coarsely than
-    bfloat16 (8 bits per tensor against 8 significant bits per element), and their
+    the AMD EPYC, over translate_speed.py's 4 batches (torch.profiler), the weights times
+    V, (792 x 4 x 41) x (41 x 64), took 0.21 ms a call against 0.70, K q^T 0.32 against
+    0.57, and all the encoder-decoder products of a pass 0.39 s against 0.87. In-process
+    A/Bs of aiayn's int8 beam search over those batches (medians): 11.53 s against 12.22
+    (5 turns each), and 12.50 against 12.59 (6 turns, the machine noisy: passes of
+    10.9-13.9 s). The largest teacher-forced log-probability difference from float32
+    stayed where int8 puts it (0.109 against 0.113; the bfloat16 stores alone, on the
+    float32 model, 0.009), and Multi30k test BLEU with int8 went from 34.03 to 34.27
+    (float32: 34.15; benchmarks/README.md). The int8 products round far more coarsely
+    than bfloat16 (8 bits per tensor against 8 significant bits per element), and their
     inputs, attention's output among them, are rounded to 8 bits anyway.
     The self-attention stores stay float32: their written part is a slice of a larger
     store, whose (sentences, heads) rows are not contiguous, and PyTorch copies such an
