@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import warnings
 
 import pytest
 import torch
@@ -202,6 +203,23 @@ def test_inputs_beyond_learned_positions_are_truncated_with_a_warning(tmp_path):
     with pytest.warns(UserWarning, match="truncated"):
         (out,) = translator.translate([" ".join(["the cat sat on a mat"] * 6)])
     assert isinstance(out, str)
+
+
+def test_a_min_len_past_the_maximum_output_length_warns_and_the_maximum_wins(ckpt):
+    """A source of n ids (eos included) gives at most n + 3 output tokens (eos included)
+    with max_len_offset 3: min_len n + 3 asks for one token too many before eos, so the
+    translation ends at the maximum, with a warning that counts the one input concerned
+    (not the blank one); min_len n + 2 fits, without a warning."""
+    n = len(Translator.from_checkpoint(ckpt)._encode(["a"])[0])
+    translator = Translator.from_checkpoint(ckpt, max_len_offset=3, min_len=n + 3, beam=2)
+    message = rf"^1 input\(s\) allow fewer output tokens than min_len {n + 3} "
+    with pytest.warns(UserWarning, match=message):
+        found = translator._search(["a", " "])
+    assert len(found[0][0].tokens) == n + 2  # tokens before eos: the maximum, not min_len
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fits = Translator.from_checkpoint(ckpt, max_len_offset=3, min_len=n + 2, beam=2)
+        assert len(fits._search(["a"])[0][0].tokens) == n + 2
 
 
 def test_one_line_removes_line_breaks():

@@ -29,7 +29,7 @@ import torch
 from aiayn.checkpoint import load_checkpoint
 from aiayn.config import DecodeConfig
 from aiayn.data.vocab import Vocab
-from aiayn.decode.search import beam_search, greedy_search
+from aiayn.decode.search import beam_search, greedy_search, output_limits
 from aiayn.decode.strategy import Hypothesis
 from aiayn.device import parse_device
 from aiayn.errors import ConfigError
@@ -138,17 +138,29 @@ class Translator:
         todo = [i for i, text in enumerate(texts) if text.strip()]
         ids = self._encode([texts[i] for i in todo])
         found: dict[int, list[Hypothesis]] = {}
+        capped = 0  # sentences whose maximum output length is at most min_len tokens
         for batch in token_batches([len(x) for x in ids], self.max_tokens):
             src = torch.full((len(batch), len(ids[batch[0]])), self.model.config.pad_id)
             for row, j in enumerate(batch):
                 src[row, : len(ids[j])] = torch.tensor(ids[j])
             src = src.to(self.device)  # (batch, src_len), right-padded
+            limits = output_limits(self.model, src, self.decode.max_len_offset)  # (batch,)
+            capped += int(limits.le(self.decode.min_len).sum())
             if self.decode.beam == 1:
                 best = greedy_search(self.model, src, self.decode, buffers=self.buffers)
                 hyps = [[h] if h else [] for h in best]
             else:
                 hyps = beam_search(self.model, src, self.decode, buffers=self.buffers)
             found.update((todo[j], h) for j, h in zip(batch, hyps))
+        if capped:
+            # The maximum wins (decode/strategy.py): say so, rather than leave the user to
+            # wonder why a translation is shorter than min_len asked.
+            warnings.warn(
+                f"{capped} input(s) allow fewer output tokens than min_len "
+                f"{self.decode.min_len} (at most the source length + "
+                f"{self.decode.max_len_offset}); their translations end at that maximum",
+                stacklevel=3,
+            )
         return found
 
     def _encode(self, texts: list[str]) -> list[list[int]]:
