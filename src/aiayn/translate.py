@@ -144,8 +144,9 @@ class Translator:
             for row, j in enumerate(batch):
                 src[row, : len(ids[j])] = torch.tensor(ids[j])
             src = src.to(self.device)  # (batch, src_len), right-padded
-            limits = output_limits(self.model, src, self.decode.max_len_offset)  # (batch,)
-            capped += int(limits.le(self.decode.min_len).sum())
+            if self.decode.min_len > 0:  # every limit is >= 1: min_len 0 never conflicts
+                limits = output_limits(self.model, src, self.decode.max_len_offset)  # (batch,)
+                capped += int(limits.le(self.decode.min_len).sum())
             if self.decode.beam == 1:
                 best = greedy_search(self.model, src, self.decode, buffers=self.buffers)
                 hyps = [[h] if h else [] for h in best]
