@@ -12,9 +12,12 @@ sqrt(d_model) tied to the output projection, LayerNorm eps 1e-6). Its weights ar
 every system computes the same function. aiayn runs in float32 and with int8 weights
 (`aiayn.quantize`). Before timing, the teacher-forced log-probabilities of every peer are
 compared with aiayn's on the first sentences: float32 peers must agree within 1e-3 or the
-script stops; int8 differences are reported. With `--dtype bfloat16` the float systems run
-in bfloat16 (CTranslate2 only where the CPU supports it) and nothing is enforced; int8 runs
-on the CPU only.
+script stops; int8 differences are reported. aiayn's systems are also scored one token a
+step through their decoding cache, the path the search times ("aiayn_..._cached"): the
+float32 one must agree within 1e-3 as well; the int8 one's figure includes the bfloat16
+encoder-decoder stores, where the CPU has them (`aiayn.quantize.bf16_products`). With
+`--dtype bfloat16` the float systems run in bfloat16 (CTranslate2 only where the CPU
+supports it) and nothing is enforced; int8 runs on the CPU only.
 
 The sources are `--sentences` random sentences of 10-40 tokens + eos, in the same
 length-sorted batches (at most `--max-tokens` source tokens and `--batch-size` sentences)
@@ -133,6 +136,24 @@ def aiayn_logp(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torc
     return logp.gather(2, gold[:, :, None]).squeeze(2)
 
 
+@torch.no_grad()
+def aiayn_cached_logp(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+    """As `aiayn_logp`, but fed one token a step through the decoding cache, as the timed
+    search runs the model (so the int8 model's bfloat16 encoder-decoder stores enter it)."""
+    bos = torch.full_like(tgt[:, :1], BOS_ID)
+    feed = torch.cat([bos, tgt], dim=1)  # (batch, T + 1)
+    gold = torch.cat([tgt, torch.full_like(bos, EOS_ID)], dim=1)  # (batch, T + 1)
+    src_pad = model.pad_mask(src)
+    memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
+    cache = model.new_cache(src_pad)
+    steps = []
+    for t in range(feed.size(1)):
+        hidden = model.decode(feed[:, t : t + 1], memory, src_pad, cache)  # (batch, 1, d_model)
+        memory = None  # the cache now holds the encoder-decoder keys and values
+        steps.append(model.project(hidden[:, -1]).float().log_softmax(dim=-1))  # (batch, V)
+    return torch.stack(steps, dim=1).gather(2, gold[:, :, None]).squeeze(2)
+
+
 def ct2_logp(translator, sents: list[list[int]], tgt: torch.Tensor) -> torch.Tensor:
     """CTranslate2's `score_batch` scores the target and the eos it appends."""
     names = token_strings(VOCAB)
@@ -154,7 +175,9 @@ def hf_logp(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
 
 def agreement(systems: dict, sents: list[list[int]], out_len: int, device: str) -> dict:
     """Max |log p| difference of each system from aiayn's first (float) one on `sents` with
-    random targets of `out_len` tokens; stops the script if a float32 peer is off."""
+    random targets of `out_len` tokens, and of each aiayn system fed through its decoding
+    cache ("..._cached"); stops the script if a float32 peer, or aiayn's float32 model
+    through its cache, is off."""
     gen = torch.Generator().manual_seed(2)
     tgt = torch.randint(4, VOCAB, (len(sents), out_len), generator=gen)
     src = padded(sents, device)
@@ -169,6 +192,9 @@ def agreement(systems: dict, sents: list[list[int]], out_len: int, device: str) 
                 systems[name], src, tgt.to(device)
             )
         diffs[name] = (logp.cpu() - ref).abs().max().item()
+    for name in (n for n in systems if n.startswith("aiayn") and systems[n] is not None):
+        logp = aiayn_cached_logp(systems[name], src, tgt.to(device))
+        diffs[f"{name}_cached"] = (logp.cpu() - ref).abs().max().item()
     off = {k: v for k, v in diffs.items() if "int8" not in k and not v <= FLOAT_TOLERANCE}
     if reference == "aiayn_float32" and off:
         raise SystemExit(f"float32 peers disagree with aiayn (max |log p| difference): {off}")
@@ -304,7 +330,8 @@ def report(args, config: ModelConfig, n_batches: int, results: dict, agree: dict
         "CTranslate2: int8 weights with a scale per row (embeddings and projection too), "
         "compute_type int8",
         "agreement": f"teacher-forced log P of {CHECK_SENTENCES} sources with random "
-        f"{args.out_len}-token targets (+ eos), max |difference| from aiayn {args.dtype}",
+        f"{args.out_len}-token targets (+ eos), max |difference| from aiayn {args.dtype} "
+        "(whole target at once); ..._cached: aiayn fed one token a step through its cache",
         f"agreement_max_abs_logp_diff_vs_aiayn_{args.dtype}": agree,
         "agreement_tolerance_float32": FLOAT_TOLERANCE,
         **results,

@@ -1,0 +1,57 @@
+"""`benchmarks/translate_speed.py`'s agreement check: aiayn scored through its decoding
+cache, as the timed search runs it, agrees with teacher forcing, and a float32 cache that
+does not stops the script before anything is timed."""
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import translate_speed  # noqa: E402
+
+from aiayn.config import ModelConfig  # noqa: E402
+from aiayn.model.transformer import Transformer  # noqa: E402
+from aiayn.quantize import quantize_int8  # noqa: E402
+
+
+def tiny_model() -> Transformer:
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=translate_speed.VOCAB, d_model=32, d_ff=64, n_heads=4,
+                         n_layers=2)  # fmt: skip
+    return Transformer(config).eval()
+
+
+SENTS = [[5, 9, 13, 2], [7, 11, 2], [4, 6, 8, 10, 12, 2]]  # eos-terminated, unequal lengths
+
+
+def test_cached_scores_equal_teacher_forced_ones():
+    model = tiny_model()
+    src = translate_speed.padded(SENTS, "cpu")
+    gen = torch.Generator().manual_seed(3)
+    tgt = torch.randint(4, translate_speed.VOCAB, (len(SENTS), 7), generator=gen)
+    forced = translate_speed.aiayn_logp(model, src, tgt)  # (batch, 8)
+    cached = translate_speed.aiayn_cached_logp(model, src, tgt)
+    assert cached.shape == forced.shape == (len(SENTS), 8)
+    torch.testing.assert_close(cached, forced, atol=1e-5, rtol=0)
+
+
+def test_agreement_reports_each_aiayn_system_through_its_cache():
+    model = tiny_model()
+    systems = {"aiayn_float32": model, "aiayn_int8": quantize_int8(copy.deepcopy(model)),
+               "ctranslate2_float32": None}  # fmt: skip
+    diffs = translate_speed.agreement(systems, SENTS, 6, "cpu")
+    assert set(diffs) == {"aiayn_int8", "aiayn_float32_cached", "aiayn_int8_cached"}
+    assert diffs["aiayn_float32_cached"] <= 1e-5
+    assert 0 < diffs["aiayn_int8_cached"] < 0.5  # int8's rounding, reported, not enforced
+
+
+def test_agreement_stops_when_the_float32_cache_disagrees(monkeypatch):
+    model = tiny_model()
+    scored = translate_speed.aiayn_cached_logp
+    monkeypatch.setattr(translate_speed, "aiayn_cached_logp",
+                        lambda m, src, tgt: scored(m, src, tgt) + 0.01)  # fmt: skip
+    with pytest.raises(SystemExit, match="aiayn_float32_cached"):
+        translate_speed.agreement({"aiayn_float32": model}, SENTS, 6, "cpu")
