@@ -197,7 +197,9 @@ def agreement(systems: dict, sents: list[list[int]], out_len: int, device: str) 
         diffs[f"{name}_cached"] = (logp.cpu() - ref).abs().max().item()
     off = {k: v for k, v in diffs.items() if "int8" not in k and not v <= FLOAT_TOLERANCE}
     if reference == "aiayn_float32" and off:
-        raise SystemExit(f"float32 peers disagree with aiayn (max |log p| difference): {off}")
+        raise SystemExit(
+            f"float32 systems disagree with aiayn float32 (max |log p| difference): {off}"
+        )
     return {k: float(f"{v:.3g}") for k, v in diffs.items()}
 
 
