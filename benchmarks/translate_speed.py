@@ -127,22 +127,30 @@ def run_hf(model, batches: list[list[list[int]]], out_len: int, device) -> int:
 
 
 # --- agreement: teacher-forced log P(y_t | y_<t, x) of the same (x, y) pairs ---------------
+def forced(tgt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """tgt (batch, T) -> what teacher forcing feeds (bos + tgt) and the tokens it scores
+    (tgt + eos), each (batch, T + 1)."""
+    bos = torch.full_like(tgt[:, :1], BOS_ID)
+    return torch.cat([bos, tgt], dim=1), torch.cat([tgt, torch.full_like(bos, EOS_ID)], dim=1)
+
+
+def gold_logp(logits: torch.Tensor, gold: torch.Tensor) -> torch.Tensor:
+    """log P of each gold token: logits (batch, T + 1, V), gold (batch, T + 1) -> like gold."""
+    return logits.float().log_softmax(dim=-1).gather(2, gold[:, :, None]).squeeze(2)
+
+
 @torch.no_grad()
 def aiayn_logp(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
     """src (batch, src_len) padded, tgt (batch, T) -> (batch, T + 1): each token and eos."""
-    bos = torch.full_like(tgt[:, :1], BOS_ID)
-    gold = torch.cat([tgt, torch.full_like(bos, EOS_ID)], dim=1)  # (batch, T + 1)
-    logp = model(src, torch.cat([bos, tgt], dim=1)).float().log_softmax(dim=-1)
-    return logp.gather(2, gold[:, :, None]).squeeze(2)
+    feed, gold = forced(tgt)
+    return gold_logp(model(src, feed), gold)
 
 
 @torch.no_grad()
 def aiayn_cached_logp(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
     """As `aiayn_logp`, but fed one token a step through the decoding cache, as the timed
     search runs the model (so the int8 model's bfloat16 encoder-decoder stores enter it)."""
-    bos = torch.full_like(tgt[:, :1], BOS_ID)
-    feed = torch.cat([bos, tgt], dim=1)  # (batch, T + 1)
-    gold = torch.cat([tgt, torch.full_like(bos, EOS_ID)], dim=1)  # (batch, T + 1)
+    feed, gold = forced(tgt)  # (batch, T + 1) each
     src_pad = model.pad_mask(src)
     memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
     cache = model.new_cache(src_pad)
@@ -150,8 +158,8 @@ def aiayn_cached_logp(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) 
     for t in range(feed.size(1)):
         hidden = model.decode(feed[:, t : t + 1], memory, src_pad, cache)  # (batch, 1, d_model)
         memory = None  # the cache now holds the encoder-decoder keys and values
-        steps.append(model.project(hidden[:, -1]).float().log_softmax(dim=-1))  # (batch, V)
-    return torch.stack(steps, dim=1).gather(2, gold[:, :, None]).squeeze(2)
+        steps.append(model.project(hidden))  # (batch, 1, V)
+    return gold_logp(torch.cat(steps, dim=1), gold)
 
 
 def ct2_logp(translator, sents: list[list[int]], tgt: torch.Tensor) -> torch.Tensor:
@@ -165,12 +173,9 @@ def ct2_logp(translator, sents: list[list[int]], tgt: torch.Tensor) -> torch.Ten
 
 @torch.no_grad()
 def hf_logp(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-    bos = torch.full_like(tgt[:, :1], BOS_ID)
-    gold = torch.cat([tgt, torch.full_like(bos, EOS_ID)], dim=1)
-    logits = model(
-        input_ids=src, attention_mask=src.ne(PAD_ID), decoder_input_ids=torch.cat([bos, tgt], 1)
-    ).logits
-    return logits.float().log_softmax(dim=-1).gather(2, gold[:, :, None]).squeeze(2)
+    feed, gold = forced(tgt)
+    logits = model(input_ids=src, attention_mask=src.ne(PAD_ID), decoder_input_ids=feed).logits
+    return gold_logp(logits, gold)
 
 
 def agreement(systems: dict, sents: list[list[int]], out_len: int, device: str) -> dict:
