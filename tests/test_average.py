@@ -84,3 +84,16 @@ def test_an_output_that_holds_an_input_is_refused_and_left_as_it_was(tmp_path, c
     assert sorted(p.name for p in run.iterdir()) == ["step-000001", "step-000002"]
     for name, tensor in read_weights(run / "step-000001").items():
         assert torch.equal(tensor, before[name])
+
+
+def test_force_replaces_only_a_checkpoint(tmp_path, capsys):
+    a = save_tiny_checkpoint(tmp_path / "a", seed=1)
+    mine = tmp_path / "mine"
+    (mine / "other-run").mkdir(parents=True)
+    (mine / "notes.txt").write_text("precious")
+    args = ["average", "--inputs", str(a), "--out", str(mine), "--force"]
+    assert main(args) == 2
+    assert "exists and is not an aiayn checkpoint" in capsys.readouterr().err
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt", "other-run"]
+    assert main(["average", "--inputs", str(a), "--out", str(tmp_path / "avg")]) == 0
+    assert main(["average", "--inputs", str(a), "--out", str(tmp_path / "avg"), "--force"]) == 0

@@ -227,3 +227,75 @@ def test_a_failed_final_rename_puts_the_previous_checkpoint_back(tmp_path, vocab
         save_checkpoint(path, model, config, vocab, vocab, meta={"step": 8})
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_ctrl_c_between_the_two_renames_puts_the_previous_checkpoint_back(
+    tmp_path, vocab, monkeypatch
+):
+    # Ctrl-C raises wherever the process is: here after the old checkpoint moved aside and
+    # before the new one landed, which used to leave only `.ckpt.old-PID`, deleted next start.
+    path, model, config = _saved(tmp_path, vocab)
+    before = {p.name: p.read_bytes() for p in path.iterdir()}
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if ".tmp-" in Path(src).name:
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(checkpoint.os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, model, config, vocab, vocab, meta={"step": 8})
+    assert {p.name: p.read_bytes() for p in path.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_a_checkpoint_a_killed_process_left_aside_is_put_back_not_deleted(tmp_path, vocab):
+    # SIGKILL between the two renames leaves the only copy under `.NAME.old-PID`; a run's
+    # start cleans its temporaries, and must first put such a checkpoint back.
+    from aiayn.train.checkpoints import RunCheckpoints
+
+    runs = RunCheckpoints(tmp_path, keep_last=5)
+    config = Config(model=tiny_model_config(vocab_size=vocab.size))
+    best = save_checkpoint(runs.dir / "best", Transformer(config.model), config, vocab, vocab)
+    weights = (best / WEIGHTS).read_bytes()
+    os.replace(best, runs.dir / ".best.old-4242")
+    save_checkpoint(runs.dir / "step-000002", Transformer(config.model), config, vocab, vocab)
+    os.replace(runs.dir / "step-000002", runs.dir / ".step-000002.old-4242")
+    (runs.dir / "step-000002").mkdir()  # its replacement landed: the old one is garbage
+    (runs.dir / ".step-000004.tmp-x").mkdir()  # a half-written one
+    with pytest.warns(UserWarning, match="best: put back"):
+        runs.clean_temporaries()
+    assert sorted(p.name for p in runs.dir.iterdir()) == ["best", "step-000002"]
+    assert (runs.best / WEIGHTS).read_bytes() == weights
+
+
+def test_only_a_checkpoint_or_an_empty_directory_is_replaced(tmp_path, vocab):
+    # A mistyped output path (`average --force --out ~/work`) must not delete the user's files.
+    config = Config(model=tiny_model_config(vocab_size=vocab.size))
+    model = Transformer(config.model)
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("keep me")
+    (tmp_path / "file").write_text("keep me too")
+    for path in (tmp_path / "notes", tmp_path / "file"):
+        with pytest.raises(CheckpointError, match="exists and is not an aiayn checkpoint"):
+            save_checkpoint(path, model, config, vocab, vocab)
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "keep me"
+    assert (tmp_path / "file").read_text() == "keep me too"
+    (tmp_path / "empty").mkdir()
+    load_checkpoint(save_checkpoint(tmp_path / "empty", model, config, vocab, vocab))
+    load_checkpoint(save_checkpoint(tmp_path / "empty", model, config, vocab, vocab))  # again
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "file", "notes"]
+
+
+def test_a_checkpoint_gets_the_modes_of_the_umask(tmp_path, vocab):
+    # mkdtemp's 0700 and safetensors' 0600 would keep a server of another user out.
+    previous = os.umask(0o022)
+    try:
+        path, _, _ = _saved(tmp_path, vocab)
+    finally:
+        os.umask(previous)
+    assert path.stat().st_mode & 0o777 == 0o755
+    assert {p.name: p.stat().st_mode & 0o777 for p in path.iterdir()} == {
+        p.name: 0o644 for p in path.iterdir()
+    }

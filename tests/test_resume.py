@@ -236,3 +236,83 @@ def test_a_new_run_into_a_runs_out_dir_is_refused_and_nothing_there_changes(data
     older = tmp_path / "run" / "checkpoints" / "step-000006"
     again = train(tiny_config(data, tmp_path / "run", "train.max_steps=10"), resume=older)
     assert again.steps == 10
+
+
+def test_resuming_an_older_checkpoint_sets_the_newer_ones_aside(data, tmp_path):
+    # Branching off at step 4 of a run that reached 6: left in place, step 6 passed for the
+    # newest, so pruning deleted the resumed run's own step 5, `--resume` and `average --last`
+    # took the abandoned line, and a model worse than step 6's best could replace `best/`.
+    run, ckpts = tmp_path / "run", tmp_path / "run" / "checkpoints"
+    train(tiny_config(data, run, "train.max_steps=6", "train.save_every_steps=2",
+                      "train.keep_last=2", "train.valid_every_steps=6"))  # fmt: skip
+    step6, best = read_weights(ckpts / "step-000006"), read_weights(ckpts / "best")
+    aside = ckpts / "abandoned-after-step-000004"
+    with pytest.warns(UserWarning, match=f"moved the newer step-000006, best to {aside}"):
+        again = train(tiny_config(data, run, "train.max_steps=5", "train.save_every_steps=1",
+                                  "train.keep_last=1"), resume=ckpts / "step-000004")  # fmt: skip
+    assert again.final_checkpoint == ckpts / "step-000005" and again.final_checkpoint.is_dir()
+    assert [p.name for _, p in step_checkpoints(ckpts)] == ["step-000005"]
+    assert resume_candidates(run)[0] == ckpts / "step-000005"
+    assert sorted(p.name for p in aside.iterdir()) == ["best", "step-000006"]  # nothing lost
+    for kept, saved in ((aside / "step-000006", step6), (aside / "best", best)):
+        assert all(torch.equal(t, saved[name]) for name, t in read_weights(kept).items())
+
+
+@pytest.mark.parametrize(
+    "damage, named",
+    [("no sampler", "lacks 'sampler'"), ("no rng tensor", "lacks 'rng.0.torch'"),
+     ("newer version", "trainer state version 99"), ("odd loop", "malformed trainer state")],
+)  # fmt: skip
+def test_a_damaged_trainer_state_is_named_and_the_previous_checkpoint_resumes(
+    data, tmp_path, damage, named
+):
+    from safetensors.torch import load_file, save_file
+
+    run = tmp_path / "run"
+    train(tiny_config(data, run, "train.max_steps=4", "train.save_every_steps=2"))
+    newest = run / "checkpoints" / "step-000004"
+    state = json.loads((newest / "trainer_state.json").read_text())
+    if damage == "no sampler":
+        del state["sampler"]
+    elif damage == "no rng tensor":
+        tensors = load_file(newest / "trainer_state.safetensors")
+        del tensors["rng.0.torch"]
+        save_file(tensors, newest / "trainer_state.safetensors")
+    elif damage == "newer version":
+        state["version"], state["loop"]["new_field"] = 99, 1
+    else:
+        state["loop"]["surprise"] = 1
+    (newest / "trainer_state.json").write_text(json.dumps(state))
+    with pytest.raises(checkpoint.CheckpointError, match=f"could be resumed: .*{named}"):
+        train(tiny_config(data, run, "train.max_steps=6"), resume=newest)
+    with pytest.warns(UserWarning, match=f"skipping {newest}: .*{named}"):
+        result = train(tiny_config(data, run, "train.max_steps=6", "train.save_every_steps=2"),
+                       resume=run)  # fmt: skip
+    assert result.steps == 6 and result.final_checkpoint.name == "step-000006"
+    assert (run / "checkpoints" / "abandoned-after-step-000002" / "step-000004").is_dir()
+
+
+def test_a_resume_takes_adams_betas_and_eps_from_its_config_and_says_so(data, tmp_path):
+    # The optimizer state is the checkpoint's, its settings the run's: config.yaml of the
+    # new checkpoints records the overrides, so they must be what the updates use.
+    from aiayn.config import TrainConfig
+    from aiayn.train.schedule import make_optimizer
+    from aiayn.train.state import optimizer_from_json, optimizer_to_json
+
+    params = [torch.randn(3, requires_grad=True)]
+    saved = make_optimizer(params, TrainConfig())
+    params[0].grad = torch.ones(3)
+    saved.step()
+    scalars, tensors = optimizer_to_json(saved)
+    resumed = make_optimizer(params, TrainConfig(betas=(0.5, 0.9), adam_eps=1e-6))
+    changed = optimizer_from_json(resumed, scalars, tensors)
+    assert changed == ["betas (0.9, 0.98) -> (0.5, 0.9)", "eps 1e-09 -> 1e-06"]
+    group = resumed.param_groups[0]
+    assert group["betas"] == (0.5, 0.9) and group["eps"] == 1e-6
+    assert torch.equal(resumed.state[params[0]]["exp_avg"], saved.state[params[0]]["exp_avg"])
+    assert optimizer_from_json(make_optimizer(params, TrainConfig()), scalars, tensors) == []
+    train(tiny_config(data, tmp_path / "run", "train.max_steps=2"))
+    changes = r"Adam's betas \(0.9, 0.98\) -> \(0.5, 0.9\), eps 1e-09 -> 1e-06 from .* not an exact"
+    with pytest.warns(UserWarning, match=changes):
+        train(tiny_config(data, tmp_path / "run", "train.max_steps=3", "train.betas=[0.5,0.9]",
+                          "train.adam_eps=1e-6"), resume=tmp_path / "run")  # fmt: skip

@@ -97,13 +97,20 @@ def save_weights_checkpoint(
     trainer_state: dict[str, Any] | None = None,
     trainer_tensors: dict[str, torch.Tensor] | None = None,
 ) -> Path:
-    """`save_checkpoint` from a weights dict (e.g. an average of several checkpoints)."""
+    """`save_checkpoint` from a weights dict (e.g. an average of several checkpoints).
+    An existing `path` is replaced only if it is a checkpoint or an empty directory."""
     bad = _non_finite(weights)
     if bad:
         raise CheckpointError(f"refusing to save non-finite weights in {', '.join(bad[:5])}")
     path = Path(path)
+    _check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    # mkdtemp makes the directory private (0700), and safetensors its files (0600); a
+    # checkpoint gets the modes the umask gives any file the user writes, so that a server
+    # running as another user can load it.
+    umask = _umask()
+    os.chmod(tmp, 0o777 & ~umask)
     try:
         save_file(weights, str(tmp / WEIGHTS), metadata={"format": FORMAT})
         (tmp / CONFIG).write_text(yaml.safe_dump(to_dict(config), sort_keys=False), "utf-8")
@@ -117,7 +124,7 @@ def save_weights_checkpoint(
         if trainer_state is not None:
             _write_json(tmp / TRAINER_JSON, trainer_state)
             save_file(trainer_tensors or {}, str(tmp / TRAINER_TENSORS))
-        _fsync_dir_files(tmp)
+        _settle_files(tmp, 0o666 & ~umask)
         _replace_dir(tmp, path)
     except (OSError, SafetensorError) as err:  # disk full (safetensors: SafetensorError), I/O
         shutil.rmtree(tmp, ignore_errors=True)
@@ -271,24 +278,72 @@ def _write_json(file: Path, data: dict[str, Any]) -> None:
     file.write_text(json.dumps(data, indent=1) + "\n", "utf-8")
 
 
-def _fsync_dir_files(directory: Path) -> None:
-    """Flush every file to disk before the rename makes the checkpoint visible."""
+def _settle_files(directory: Path, mode: int) -> None:
+    """Give every file `mode` and flush it to disk before the rename makes the checkpoint
+    visible."""
     for file in directory.iterdir():
+        os.chmod(file, mode)
         with open(file, "rb") as handle:
             os.fsync(handle.fileno())
 
 
+def _check_replaceable(path: Path) -> None:
+    """Refuse to replace anything but a checkpoint (or an empty directory): a mistyped output
+    path must not delete a user's files."""
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_dir() and not path.is_symlink():
+        if (path / META).is_file() or not any(path.iterdir()):
+            return
+    raise CheckpointError(
+        f"{path}: exists and is not an aiayn checkpoint; refusing to replace it (choose "
+        "another path, or remove it yourself)"
+    )
+
+
+def _umask() -> int:
+    umask = os.umask(0o022)  # the only way to read it is to set it; put back at once
+    os.umask(umask)
+    return umask
+
+
 def _replace_dir(tmp: Path, path: Path) -> None:
-    """Rename `tmp` to `path`; an existing `path` is moved aside first and removed after."""
-    old = None
-    if path.exists():
-        old = path.with_name(f".{path.name}.old-{os.getpid()}")
-        os.replace(path, old)
+    """Rename `tmp` to `path`; an existing `path` is moved aside first and removed after.
+
+    Whatever interrupts the two renames (an error, Ctrl-C), the previous checkpoint is put
+    back under its name; a process killed between them leaves it under `.NAME.old-PID`,
+    where `restore_replaced` finds it."""
+    old = path.with_name(f".{path.name}.old-{os.getpid()}") if path.exists() else None
     try:
+        if old is not None:
+            os.replace(path, old)
         os.replace(tmp, path)
-    except OSError:
-        if old is not None:  # put the previous checkpoint back under its name
-            os.replace(old, path)
+    except BaseException:
+        if old is not None and old.exists() and not path.exists():
+            os.replace(old, path)  # put the previous checkpoint back under its name
         raise
+    _fsync_dir(path.parent)  # the renames themselves reach the disk
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def restore_replaced(directory: Path) -> list[Path]:
+    """Put back, under their names, complete checkpoints that a process killed inside
+    `_replace_dir` left under `.NAME.old-PID` with no `NAME` beside them; -> those put back."""
+    restored = []
+    for old in sorted(directory.glob(".*.old-*")):
+        name = old.name[1:].rsplit(".old-", 1)[0]
+        if old.is_dir() and (old / META).is_file() and not (directory / name).exists():
+            os.replace(old, directory / name)
+            restored.append(directory / name)
+    return restored
+
+
+def _fsync_dir(directory: Path) -> None:
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    except OSError:  # some file systems cannot sync a directory; the rename stands
+        pass
+    finally:
+        os.close(handle)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from aiayn.checkpoint import (
+    TRAINER_JSON,
     load_weights_into,
     read_config,
     read_trainer_state,
@@ -41,7 +42,13 @@ from aiayn.data.binarize import BinarizedDataset, load_manifest, load_vocabs
 from aiayn.data.vocab import Vocab
 from aiayn.errors import CheckpointError, ConfigError, DataError
 from aiayn.train import distributed
-from aiayn.train.state import capture_rng, optimizer_from_json, optimizer_to_json, restore_rng
+from aiayn.train.state import (
+    capture_rng,
+    optimizer_from_json,
+    optimizer_state_dict,
+    optimizer_to_json,
+    restore_rng,
+)
 
 if TYPE_CHECKING:
     from aiayn.train.trainer import Trainer
@@ -192,7 +199,9 @@ def restore(trainer: Trainer, candidates: list[Path]) -> Path:
         path, state, tensors, weights = _read_first([chosen])
     _check_compatible(trainer, path, state)
     load_weights_into(trainer.model, weights, path)
-    optimizer_from_json(trainer.optimizer, state["optimizer"], tensors)
+    changed = optimizer_from_json(trainer.optimizer, state["optimizer"], tensors)
+    if changed:
+        warnings.warn(f"Adam's {', '.join(changed)} from {path}: not an exact resume")
     if state.get("scaler") and trainer.scaler.is_enabled():
         trainer.scaler.load_state_dict(state["scaler"])
     trainer.data.sampler.load_state_dict(state["sampler"])
@@ -212,13 +221,35 @@ def _read_first(candidates: list[Path]) -> tuple[Path, dict, dict, dict]:
     for path in candidates:
         try:
             state, tensors = read_trainer_state(path)
-            if state.get("format") != FORMAT:
-                raise CheckpointError(f"{path}: trainer state format {state.get('format')!r}")
+            _check_state(path, state, tensors)
             return path, state, tensors, read_weights(path)
         except CheckpointError as err:
             warnings.warn(f"skipping {path}: {err}")
             problems.append(str(err))
     raise CheckpointError("no checkpoint could be resumed: " + "; ".join(problems))
+
+
+def _check_state(path: Path, state: dict, tensors: dict[str, torch.Tensor]) -> None:
+    """Everything `restore` reads from the trainer state is there, in this version's form,
+    or a CheckpointError says what is not (and `_read_first` tries an older checkpoint)."""
+    file = path / TRAINER_JSON
+    if state.get("format") != FORMAT:
+        raise CheckpointError(f"{file}: trainer state format {state.get('format')!r}")
+    version = state.get("version")
+    if not isinstance(version, int) or version > VERSION:
+        raise CheckpointError(
+            f"{file}: trainer state version {version!r}; this aiayn reads {VERSION}"
+        )
+    try:
+        LoopState(**state["loop"])
+        optimizer_state_dict(state["optimizer"], tensors)
+        read = [state["sampler"]["epoch"], state["sampler"]["index"]]  # what restore reads
+        for rank, scalars in enumerate(state["rng"]):
+            read += [scalars["python"], scalars["numpy"], tensors[f"rng.{rank}.torch"]]
+    except KeyError as err:
+        raise CheckpointError(f"{path}: the trainer state lacks {err}") from None
+    except (TypeError, ValueError, AttributeError) as err:
+        raise CheckpointError(f"{file}: malformed trainer state ({err})") from None
 
 
 def _check_compatible(trainer: Trainer, path: Path, state: dict) -> None:

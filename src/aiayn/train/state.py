@@ -75,29 +75,42 @@ def optimizer_to_json(optimizer: torch.optim.Optimizer, prefix: str = "optim") -
     return {"state": state, "param_groups": groups}, tensors
 
 
-IMPLEMENTATION_KEYS = ("foreach", "fused", "capturable", "differentiable")
-
-
-def optimizer_from_json(
-    optimizer: torch.optim.Optimizer, scalars: dict[str, Any], tensors: dict[str, torch.Tensor]
-) -> None:
-    """Load what `optimizer_to_json` wrote into `optimizer` (tensors move to its devices)."""
+def optimizer_state_dict(scalars: dict[str, Any], tensors: dict[str, torch.Tensor]) -> dict:
+    """The `state_dict()` that `optimizer_to_json` wrote, its tensors taken from `tensors`;
+    a KeyError names a tensor that is missing."""
     state: dict[int, dict[str, Any]] = {}
     for index, values in scalars["state"].items():
         state[int(index)] = {
             key: tensors[value["tensor"]] if _is_tensor_ref(value) else value
             for key, value in values.items()
         }
-    groups = [dict(group) for group in scalars["param_groups"]]
-    for group, own in zip(groups, optimizer.param_groups):
-        if "betas" in group:
-            group["betas"] = tuple(group["betas"])
-        # How to compute the update is this optimizer's choice, not the checkpoint's: a
-        # checkpoint from a per-parameter Adam resumes with the fused one, and vice versa.
-        for key in IMPLEMENTATION_KEYS:
-            if key in own:
-                group[key] = own[key]
-    optimizer.load_state_dict({"state": state, "param_groups": groups})
+    return {"state": state, "param_groups": [dict(group) for group in scalars["param_groups"]]}
+
+
+def optimizer_from_json(
+    optimizer: torch.optim.Optimizer, scalars: dict[str, Any], tensors: dict[str, torch.Tensor]
+) -> list[str]:
+    """Load the moments and step counts that `optimizer_to_json` wrote into `optimizer`
+    (tensors move to its devices); -> the hyperparameters that differ from the checkpoint's.
+
+    The state and the rate are the checkpoint's (the trainer sets the rate anew each step
+    anyway, eq. 3). Every other setting of the param groups is `optimizer`'s own: the betas
+    and eps of the run's config (a resume that overrides `train.betas` gets them, as its
+    saved config.yaml then says), and how to compute the update (a checkpoint from a
+    per-parameter Adam resumes with the fused one, and vice versa)."""
+    state_dict = optimizer_state_dict(scalars, tensors)
+    changed = []
+    for group, own in zip(state_dict["param_groups"], optimizer.param_groups):
+        for key, value in own.items():
+            if key in ("params", "lr"):
+                continue
+            saved = group.get(key)
+            saved = tuple(saved) if key == "betas" and saved is not None else saved
+            if key in ("betas", "eps", "weight_decay") and saved is not None and saved != value:
+                changed.append(f"{key} {saved} -> {value}")
+            group[key] = value
+    optimizer.load_state_dict(state_dict)
+    return sorted(set(changed))
 
 
 def _is_tensor_ref(value: Any) -> bool:

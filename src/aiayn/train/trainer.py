@@ -16,6 +16,7 @@ import math
 import signal
 import threading
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,6 +176,15 @@ class Trainer:
         self.monitor = Monitor(Path(t.out_dir), self.state.step, t.max_steps, env.is_main)
         if env.is_main:
             self.checkpoints.clean_temporaries()
+            if self.resumed_from is not None:
+                aside = self.checkpoints.set_aside_after(self.state.step)
+                if aside is not None:
+                    target, moved = aside
+                    warnings.warn(
+                        f"resumed from step {self.state.step}: moved the newer "
+                        f"{', '.join(moved)} to {target}, so that this run's checkpoints "
+                        "are one line of history"
+                    )
         self.monitor.record(
             "start", self.state.step, resumed_from=str(self.resumed_from),
             world_size=env.world_size, accum_steps=self.state.accum_steps,
