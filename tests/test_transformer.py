@@ -184,13 +184,40 @@ def test_sinusoids_extend_past_max_len_and_learned_positions_refuse():
         learned(torch.zeros(1, 5, 8))
 
 
-def test_row_e_preset_uses_learned_positions():
-    config = dataclasses.replace(preset("E-learned-pe").model, vocab_size=50, n_layers=1)
-    model = Transformer(config)
-    assert model.positional.learned
+def test_row_e_preset_uses_learned_positions_a_table_per_stack():
+    # As in ConvS2S [9], where the paper took learned positions from, and tensor2tensor.
+    config = dataclasses.replace(preset("E-learned-pe").model, vocab_size=50, n_layers=1,
+                                 d_model=16, d_ff=32, n_heads=2, max_len=20)  # fmt: skip
+    model = Transformer(config).eval()
+    assert model.positional.learned and model.tgt_positional is not model.positional
     names = {name for name, _ in model.named_parameters()}
-    assert "positional.weight" in names
-    assert "positional.weight" not in {n for n, _ in Transformer(tiny_model_config()).named_parameters()}
+    assert {"positional.weight", "tgt_positional.weight"} <= names
+    assert not {n for n, _ in Transformer(tiny_model_config()).named_parameters()
+                if "positional" in n}  # fmt: skip
+    src, tgt = torch.tensor([[5, 6, 7, 3]]), torch.tensor([[2, 8, 9]])
+    memory, logits = model.encode(src), model(src, tgt)
+    with torch.no_grad():
+        model.tgt_positional.weight.add_(1.0)  # the decoder's table only
+    torch.testing.assert_close(model.encode(src), memory)
+    assert not torch.allclose(model(src, tgt), logits)
+
+
+def test_a_row_e_checkpoint_of_one_shared_table_loads_into_both(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from aiayn.checkpoint import WEIGHTS, load_checkpoint, save_checkpoint
+    from aiayn.config import Config
+    from tiny_checkpoint import tiny_vocab
+
+    vocab = tiny_vocab()
+    config = Config(model=tiny_model_config(vocab_size=vocab.size, positional="learned"))
+    path = save_checkpoint(tmp_path / "e", Transformer(config.model), config, vocab, vocab)
+    weights = load_file(path / WEIGHTS)
+    del weights["tgt_positional.weight"]  # as saved before the decoder had its own
+    save_file(weights, path / WEIGHTS, metadata={"format": "aiayn-checkpoint"})
+    model = load_checkpoint(path).model
+    assert torch.equal(model.tgt_positional.weight, weights["positional.weight"])
+    assert torch.equal(model.positional.weight, weights["positional.weight"])
 
 
 def test_embeddings_are_scaled_and_tied():

@@ -232,6 +232,12 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
 def load_weights_into(model: Transformer, weights: dict[str, torch.Tensor], where: Path) -> None:
     """Copy `weights` into `model`, naming every missing, unexpected or mis-shaped tensor."""
     expected = model_weights(model)
+    shared = weights.get("positional.weight")
+    if "tgt_positional.weight" in expected and "tgt_positional.weight" not in weights and (
+        shared is not None
+    ):  # saved before the decoder had learned positions of its own (2026-11-25): the model
+        # was trained with the encoder's table in both stacks, so both get it
+        weights = {**weights, "tgt_positional.weight": shared}
     missing = sorted(set(expected) - set(weights))
     unexpected = sorted(set(weights) - set(expected))
     shapes = [

@@ -159,7 +159,7 @@ class DecodeConfig:
     beam: int = 4
     alpha: float = 0.6
     max_len_offset: int = 50
-    min_len: int = 0
+    min_len: int = 1  # tokens before eos at least: no empty translation (see README)
     nbest: int = 1
 
     def __post_init__(self) -> None:

@@ -112,12 +112,16 @@ def _to_hypotheses(tokens: Tensor, lengths: Tensor, scores: Tensor, logps: Tenso
 class BeamStrategy:
     """Batched beam search (sec. 6.1: beam 4, alpha 0.6, max length input + 50).
 
-    Each step keeps the `beam` best extensions (by log P, which ranks same-length candidates
-    as the penalised score does) of all live hypotheses of a sentence, eos included. An
-    extension ending in eos leaves the beam for the sentence's finished list (the `nbest`
-    best by penalised score); the beam refills from the other live hypotheses next step.
-    So beam 1 is exactly greedy search. (tensor2tensor, which the paper used, instead keeps
-    `beam` non-eos hypotheses alive out of the best 2 * beam.)
+    Each step ranks the extensions of all live hypotheses of a sentence by log P (which
+    ranks same-length candidates as the penalised score does) and takes the 2 * beam best:
+    those that end in eos go to the sentence's finished list (the `nbest` best by penalised
+    score), and the `beam` best of the others stay live. So the beam stays full while a
+    sentence has hypotheses to extend. This is tensor2tensor's rule, the code behind the
+    paper's numbers (and fairseq's, Marian's, HuggingFace's); 2 * beam candidates always
+    hold `beam` that do not end in eos, since each hypothesis has at most one eos extension.
+    Keeping only the `beam` best, eos included, and letting ended ones leave their slots
+    empty (aiayn until 2026-11-25; beam 1 was then exactly greedy) misses translations that
+    this rule finds: a better hypothesis may grow from a fifth-best prefix.
 
     Early termination. A live hypothesis of length t with log-prob L <= 0 can only finish
     with log-prob L' <= L at a length n in [t + 1, max_len], so its final score is at most
@@ -153,27 +157,34 @@ class BeamStrategy:
         batch, k, vocab = logp.shape
         self.length += 1
         logp = constrain(logp, self.length, self.min_len, self.max_len, self.eos_id)
-        # A row's log P adds alike to all its extensions, so the sentence's `beam` best are
-        # among the `beam` best tokens of each of its rows: only those are scored, and no
+        # A row's log P adds alike to all its extensions, so the sentence's 2 * beam best are
+        # among the 2 * beam best tokens of each of its rows: only those are scored, and no
         # (batch, k, vocab) sum is made (on a base model that sum was ~1.3% of the search).
-        width = min(self.beam, vocab)
+        n = 2 * self.beam
+        width = min(n, vocab)
         row_top, row_token = row_topk(logp, width)  # (batch, k, width)
         cand = (self.scores[:, :, None] + row_top).view(batch, k * width)  # (batch, k * width)
-        if cand.size(1) < self.beam:  # a tiny vocabulary: fill the beam with dead slots
-            cand = F.pad(cand, (0, self.beam - cand.size(1)), value=NEG_INF)
-        top, index = cand.topk(self.beam, dim=1)  # (batch, beam)
-        parent = (index // width).clamp_(max=k - 1)  # (batch, beam) in [0, k)
+        if cand.size(1) < n:  # a tiny vocabulary: fill the candidates with dead slots
+            cand = F.pad(cand, (0, n - cand.size(1)), value=NEG_INF)
+        top, index = cand.topk(n, dim=1)  # (batch, 2 * beam), best first
         # A dead slot's token is any; its score is -inf, so it never ends or continues.
         token = row_token.view(batch, k * width).gather(1, index.clamp(max=k * width - 1))
-        prefix = self.tokens.gather(1, parent[:, :, None].expand(-1, -1, self.length - 1))
-        seqs = torch.cat([prefix, token[:, :, None]], dim=2)  # (batch, beam, |Y|)
-        ended = token.eq(self.eos_id) & top.gt(NEG_INF)  # (batch, beam)
+        ended = token.eq(self.eos_id) & top.gt(NEG_INF)  # (batch, 2 * beam)
         if ended.any():
-            self._finish(seqs, top, ended)
-        self.scores = top.masked_fill(ended, NEG_INF)
-        self.tokens = seqs
+            self._finish(self._extend(index // width, token), top, ended)
+        live, pick = top.masked_fill(ended, NEG_INF).topk(self.beam, dim=1)  # (batch, beam)
+        parent = index.gather(1, pick).div_(width, rounding_mode="floor").clamp_(max=k - 1)
+        token = token.gather(1, pick)  # (batch, beam)
+        self.scores, self.tokens = live, self._extend(parent, token)  # (batch, beam, |Y|)
         rows = (parent + torch.arange(batch, device=parent.device)[:, None] * k).flatten()
         return rows, token.flatten(), self._done()
+
+    def _extend(self, parent: Tensor, token: Tensor) -> Tensor:
+        """The live hypotheses `parent` (batch, m) in [0, k), each + its `token` (batch, m)
+        -> (batch, m, |Y|)."""
+        parent = parent.clamp(max=self.tokens.size(1) - 1)  # dead slots of a tiny vocabulary
+        prefix = self.tokens.gather(1, parent[:, :, None].expand(-1, -1, self.length - 1))
+        return torch.cat([prefix, token[:, :, None]], dim=2)
 
     def _finish(self, seqs: Tensor, top: Tensor, ended: Tensor) -> None:
         """Merge the hypotheses that just ended into the nbest finished lists."""

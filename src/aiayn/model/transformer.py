@@ -36,7 +36,13 @@ class Transformer(nn.Module):
         self.src_embed = self.tgt_embed if c.shared_vocab else Embedding(c.src_vocab_size, c.d_model)
         if not c.tie_embeddings:
             self.out_proj = Linear(c.d_model, c.vocab_size, bias=False)
-        self.positional = PositionalEncoding(c.d_model, c.max_len, c.positional == "learned")
+        # Sec. 3.5. Learned positions (Table 3 row E) get a table per stack, as in ConvS2S
+        # [9], the paper's source for them, and tensor2tensor; the sinusoids are one function.
+        learned = c.positional == "learned"
+        self.positional = PositionalEncoding(c.d_model, c.max_len, learned)  # the encoder's
+        self.tgt_positional = (
+            PositionalEncoding(c.d_model, c.max_len, learned) if learned else self.positional
+        )
         self.embed_dropout = Dropout(c.p_drop)  # on embeddings + positions (sec. 5.4)
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_layers))
@@ -77,7 +83,8 @@ class Transformer(nn.Module):
             nn.init.normal_(self.out_proj.weight, mean=0.0, std=std)
         if self.positional.learned:
             # Row E: learned positions start like the embeddings (fairseq's choice too).
-            nn.init.normal_(self.positional.weight, mean=0.0, std=std)
+            for table in (self.positional, self.tgt_positional):
+                nn.init.normal_(table.weight, mean=0.0, std=std)
 
     def pad_mask(self, tokens: Tensor) -> Tensor:
         """(batch, len) bool, True = padding: the one mask convention of aiayn."""
@@ -108,7 +115,7 @@ class Transformer(nn.Module):
         if cache is not None:
             offset = cache.length
             cache.advance(tgt_in.size(0), tgt_in.size(1))  # now holds offset + tgt_len positions
-        x = self.embed_dropout(self.positional(self.tgt_embed(tgt_in), offset))
+        x = self.embed_dropout(self.tgt_positional(self.tgt_embed(tgt_in), offset))
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, src_pad_mask, None if cache is None else cache.layers[i])
         return self.decoder_norm(x)  # (batch, tgt_len, d_model)
