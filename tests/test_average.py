@@ -97,3 +97,22 @@ def test_force_replaces_only_a_checkpoint(tmp_path, capsys):
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt", "other-run"]
     assert main(["average", "--inputs", str(a), "--out", str(tmp_path / "avg")]) == 0
     assert main(["average", "--inputs", str(a), "--out", str(tmp_path / "avg"), "--force"]) == 0
+
+
+def test_every_input_must_be_an_aiayn_checkpoint(tmp_path, capsys):
+    a = save_tiny_checkpoint(tmp_path / "a", seed=1)
+    b = save_tiny_checkpoint(tmp_path / "b", seed=2)
+    (a / "checkpoint.json").unlink()  # only the last input's metadata used to be read
+    assert main(["average", "--inputs", str(a), str(b), "--out", str(tmp_path / "avg")]) == 2
+    assert f"{a}: not an aiayn checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / "avg").exists()
+
+
+def test_missing_directories_are_named_as_missing(tmp_path, capsys):
+    # They were "config.yaml is missing" and "0 step checkpoint(s) found".
+    a = save_tiny_checkpoint(tmp_path / "a", seed=1)
+    out = ["--out", str(tmp_path / "avg")]
+    assert main(["average", "--inputs", str(tmp_path / "nope"), str(a), *out]) == 2
+    assert f"{tmp_path / 'nope'}: no such checkpoint directory" in capsys.readouterr().err
+    assert main(["average", "--last", "2", str(tmp_path / "norun"), *out]) == 2
+    assert f"{tmp_path / 'norun'}: no such directory" in capsys.readouterr().err

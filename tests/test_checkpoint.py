@@ -43,6 +43,14 @@ def _saved(tmp_path, vocab, **overrides):
     return path, model, config
 
 
+def _as_if_written_elsewhere(path):
+    """Drop the weights' digest from the metadata, as a checkpoint written by another tool
+    (or by aiayn before it recorded one) lacks it: its weights file may then be swapped."""
+    meta = json.loads((path / checkpoint.META).read_text())
+    del meta["weights_sha256"]
+    (path / checkpoint.META).write_text(json.dumps(meta))
+
+
 def test_round_trip_is_exact_and_tied_weights_stay_tied(tmp_path, vocab):
     path, model, config = _saved(tmp_path, vocab)
     loaded = load_checkpoint(path)
@@ -74,6 +82,7 @@ def test_a_foreign_checkpoints_non_finite_weights_or_odd_version_are_named(tmp_p
     weights = checkpoint.read_weights(path)
     weights["encoder.0.ffn.w_1.weight"][0, 0] = float("inf")
     save_file(weights, str(path / WEIGHTS))  # written by something other than aiayn
+    _as_if_written_elsewhere(path)
     with pytest.raises(CheckpointError, match=r"non-finite weights in encoder\.0\.ffn\.w_1"):
         load_checkpoint(path)
     path, _, _ = _saved(tmp_path, vocab)
@@ -96,8 +105,22 @@ def test_other_architecture_is_a_clear_error(tmp_path, vocab):
     path, _, _ = _saved(tmp_path, vocab)
     other, _, _ = _saved(tmp_path / "o", vocab, d_ff=48)
     (path / WEIGHTS).write_bytes((other / WEIGHTS).read_bytes())
+    _as_if_written_elsewhere(path)
     with pytest.raises(CheckpointError, match="shape mismatch"):
         load_checkpoint(path)
+
+
+def test_flipped_bytes_inside_the_weights_are_caught_by_their_digest(tmp_path, vocab):
+    # Finite numbers, a valid file: only the SHA-256 recorded at save time tells.
+    path, _, _ = _saved(tmp_path, vocab)
+    data = bytearray((path / WEIGHTS).read_bytes())
+    header = int.from_bytes(data[:8], "little")
+    data[8 + header + 100 : 8 + header + 140] = b"\x3e" * 40  # 0x3e3e3e3e: 0.186
+    (path / WEIGHTS).write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="truncated or corrupt: its SHA-256 differs"):
+        load_checkpoint(path)
+    _as_if_written_elsewhere(path)
+    load_checkpoint(path)  # without a digest the same bytes load: the check is what caught it
 
 
 def test_attention_has_no_biases_unless_configured_and_either_round_trips(tmp_path, vocab):
@@ -299,3 +322,13 @@ def test_a_checkpoint_gets_the_modes_of_the_umask(tmp_path, vocab):
     assert {p.name: p.stat().st_mode & 0o777 for p in path.iterdir()} == {
         p.name: 0o644 for p in path.iterdir()
     }
+
+
+def test_prepared_data_given_as_a_checkpoint_is_named_as_such(tmp_path):
+    # Its token shards (*.bin) were listed as pickles that aiayn refuses to load.
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "manifest.json").write_text("{}")
+    (data / "train.src.bin").write_bytes(b"\0" * 8)
+    with pytest.raises(CheckpointError, match="is prepared data .*not a checkpoint"):
+        load_checkpoint(data)

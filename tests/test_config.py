@@ -56,6 +56,9 @@ def test_derived_head_dims_follow_d_model_overrides():
         ("ln_eps=0", "model.ln_eps must be positive"),
         ("alpha=.nan", "decode.alpha must be >= 0, got nan"),  # blank translations
         ("decode.min_len=-1", "decode.min_len must be >= 0"),
+        ("data.seed=-1", "data.seed must be >= 0, got -1"),  # numpy's traceback, at batching
+        ("train.seed=-1", "train.seed must be >= 0, got -1"),
+        ("data.max_tokens=0", "data.max_tokens must be positive"),
     ],
 )
 def test_bad_overrides_name_the_problem(override, message):
@@ -132,4 +135,7 @@ def test_a_yaml_file_may_start_from_a_preset(tmp_path):
     assert config.model == preset("big").model and config.train.max_steps == 7
     path.write_text("preset: huge\n")
     with pytest.raises(ConfigError, match="unknown preset 'huge'"):
+        load_yaml(path)
+    path.write_text("preset: [base]\n")  # was a TypeError traceback (unhashable list)
+    with pytest.raises(ConfigError, match=r"unknown preset \['base'\]"):
         load_yaml(path)

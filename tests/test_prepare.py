@@ -138,10 +138,16 @@ def test_tsv_training_data(corpus: Path) -> None:
     args += ["--vocab-size", "300", "--out", str(corpus / "out"), "--quiet", "--workers", "1"]
     assert main(args) == 0
     assert BinarizedDataset(corpus / "out", "train").src_lengths.shape == (150,)
+    # --tsv means a TSV whatever the file is called (pairs.txt was taken for a prefix)
+    (corpus / "train.tsv").rename(corpus / "pairs.txt")
+    args[2], args[args.index("--out") + 1] = str(corpus / "pairs.txt"), str(corpus / "out2")
+    assert main(args) == 0
+    assert BinarizedDataset(corpus / "out2", "train").src_lengths.shape == (150,)
 
 
 def test_existing_output_needs_force(corpus: Path, capsys) -> None:
     (corpus / "out").mkdir()
+    (corpus / "out" / "manifest.json").write_text("{}")  # an older `prepare`'s output
     (corpus / "out" / "old.txt").write_text("keep me")
     assert run(corpus, "--quiet") == 2
     assert "already exists" in capsys.readouterr().err
@@ -164,6 +170,36 @@ def test_force_never_replaces_a_directory_that_holds_the_corpus(corpus: Path, ca
     assert f"{inside}: holds the input {inside / 'train.en'}" in capsys.readouterr().err
     assert (inside / "train.en").read_bytes() == before
     assert sorted(p.name for p in corpus.iterdir() if p.name.startswith(".")) == []
+
+
+def test_force_replaces_only_a_prepared_directory(corpus: Path, capsys) -> None:
+    # A mistyped --out (a runs/ directory) used to be deleted whole.
+    runs = corpus / "runs"
+    (runs / "mine" / "checkpoints").mkdir(parents=True)
+    (runs / "mine" / "train_log.jsonl").write_text("{}\n")
+    args = ["prepare", "--train", str(corpus / "train"), "--valid", str(corpus / "valid"),
+            "--vocab-size", "300", "--workers", "1", "--quiet", "--force"]  # fmt: skip
+    assert main([*args, "--out", str(runs)]) == 2
+    assert f"{runs}: is not a directory made by `aiayn prepare`" in capsys.readouterr().err
+    assert (runs / "mine" / "train_log.jsonl").read_text() == "{}\n"
+    assert main([*args, "--out", str(corpus / "data")]) == 0
+    assert main([*args, "--out", str(corpus / "data")]) == 0  # a prepared one is replaced
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [(("--seed", "-1"), "the seed must be at least 0, got -1"),
+     (("--vocab-sample", "-1"), "the vocabulary sample must be at least 1"),
+     (("--vocab-size", "0"), "the vocab size must be at least 5, got 0"),
+     (("--workers", "0"), "the workers must be at least 1"),
+     (("--max-len-ratio", "nan"), "the max length ratio must be a number >= 1, got nan")],
+)  # fmt: skip
+def test_impossible_options_are_refused_before_the_corpus_is_read(corpus, capsys, option, message):
+    # They used to end in sentencepiece's or numpy's tracebacks, or (NaN) to switch the
+    # filter off silently, after the whole corpus was read.
+    assert run(corpus, "--quiet", *option) == 2
+    assert message in capsys.readouterr().err
+    assert not (corpus / "out").exists()
 
 
 def test_missing_arguments_are_reported(corpus: Path, capsys) -> None:

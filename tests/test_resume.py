@@ -316,3 +316,8 @@ def test_a_resume_takes_adams_betas_and_eps_from_its_config_and_says_so(data, tm
     with pytest.warns(UserWarning, match=changes):
         train(tiny_config(data, tmp_path / "run", "train.max_steps=3", "train.betas=[0.5,0.9]",
                           "train.adam_eps=1e-6"), resume=tmp_path / "run")  # fmt: skip
+
+
+def test_resuming_from_a_missing_directory_says_it_is_missing(tmp_path):
+    with pytest.raises(checkpoint.CheckpointError, match="nope: no such directory to resume"):
+        resume_candidates(tmp_path / "nope")

@@ -159,6 +159,25 @@ def test_k_bad_updates_in_a_row_stop_the_run_and_the_last_good_checkpoint_surviv
     assert resumed.steps == 6
 
 
+def test_a_non_finite_dev_loss_stops_the_run_and_is_never_the_best(data, tmp_path, monkeypatch):
+    # Weights can stay finite while the outputs overflow: the dev loss is then NaN. It was
+    # saved as `best/` ("dev NLL nan (best)"), with NaN in its checkpoint.json.
+    real, calls = trainer_module.validation_loss, []
+
+    def diverged_at_third(*args, **kwargs):
+        calls.append(1)
+        stats = real(*args, **kwargs)
+        return {**stats, "nll": math.nan, "ppl": math.inf} if len(calls) == 3 else stats
+
+    monkeypatch.setattr(trainer_module, "validation_loss", diverged_at_third)
+    config = tiny_config(data, tmp_path, "train.valid_every_steps=1", "train.max_steps=6")
+    with pytest.raises(TrainingError, match=r"the dev loss is nan after update 3: the model "
+                       r"has diverged; the best model so far is \S+best \(dev NLL"):  # fmt: skip
+        train(config)
+    best = load_checkpoint(tmp_path / "checkpoints" / "best")
+    assert best.meta["step"] == 2 and math.isfinite(best.meta["valid"]["nll"])
+
+
 def test_shards_with_another_vocabulary_or_ids_it_lacks_are_refused(data, tmp_path):
     # vocab.model and vocab.json copied in from another `prepare`: the same size, but the
     # shards' ids would mean other subwords, and the checkpoints would carry the wrong one.

@@ -63,9 +63,21 @@ def test_cli_bad_input_is_a_clear_error(ckpt, tmp_path, capsys):
     args = ["translate", "--checkpoint", str(ckpt), "-o", str(out)]
     assert main([*args, "-i", str(tmp_path / "missing.txt")]) == 2
     assert "missing.txt: cannot read (No such file or directory)" in capsys.readouterr().err
-    (tmp_path / "latin1.txt").write_bytes(b"ok\ncaf\xe9\n")
+    # the line, not an offset in a read buffer; 300 good lines first, so that a chunk of
+    # translations is written before the bad line is read
+    (tmp_path / "latin1.txt").write_bytes(b"ok\n" * 300 + b"caf\xe9\n")
+    out.write_text("yesterday's translations\n", encoding="utf-8")
     assert main([*args, "-i", str(tmp_path / "latin1.txt")]) == 2
-    assert "latin1.txt: not valid UTF-8" in capsys.readouterr().err
+    assert "latin1.txt: line 301: invalid UTF-8 at byte 3" in capsys.readouterr().err
+    assert out.read_text(encoding="utf-8") == "yesterday's translations\n"  # left whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latin1.txt", "out.txt"]
+    new = tmp_path / "new.txt"
+    assert main([*args[:-1], str(new), "-i", str(tmp_path / "latin1.txt")]) == 2
+    assert not new.exists()  # not created empty
+    (tmp_path / "good.txt").write_bytes(b"ok\n" * 300)
+    assert main([*args, "-i", str(tmp_path / "good.txt")]) == 0
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 300
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.txt", "latin1.txt", "out.txt"]
 
 
 def test_cli_refuses_an_output_that_is_its_input_and_names_unwritable_outputs(
@@ -104,7 +116,7 @@ def test_cli_refuses_invalid_utf8_on_stdin_under_a_c_locale(ckpt, monkeypatch, c
                              errors="surrogateescape")  # fmt: skip
     monkeypatch.setattr("sys.stdin", stdin)
     assert main(["translate", "--checkpoint", str(ckpt)]) == 2
-    assert "stdin: not valid UTF-8" in capsys.readouterr().err
+    assert "stdin: line 2: invalid UTF-8 at byte 3" in capsys.readouterr().err
 
 
 def test_cli_stops_quietly_when_its_reader_leaves(ckpt, tmp_path):

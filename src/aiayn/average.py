@@ -33,6 +33,8 @@ def last_checkpoints(directory: str | Path, n: int) -> list[Path]:
     """The newest `n` step checkpoints of a run (its out_dir or its checkpoints/), oldest first."""
     if n < 1:
         raise CheckpointError(f"--last needs at least 1 checkpoint, got {n}")
+    if not Path(directory).is_dir():
+        raise CheckpointError(f"{directory}: no such directory")
     found = [path for _, path in step_checkpoints(checkpoints_dir(directory))]
     if len(found) < n:
         raise CheckpointError(

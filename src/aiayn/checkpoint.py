@@ -18,6 +18,7 @@ never opened.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -119,7 +120,8 @@ def save_weights_checkpoint(
         else:
             src_vocab.save(tmp / SRC_VOCAB)
             tgt_vocab.save(tmp / TGT_VOCAB)
-        header = {"format": FORMAT, "version": VERSION, "created": time.time(), **(meta or {})}
+        header = {"format": FORMAT, "version": VERSION, "created": time.time(), **(meta or {}),
+                  "weights_sha256": _sha256(tmp / WEIGHTS)}  # fmt: skip
         _write_json(tmp / META, header)
         if trainer_state is not None:
             _write_json(tmp / TRAINER_JSON, trainer_state)
@@ -161,6 +163,11 @@ def read_meta(path: Path) -> dict[str, Any]:
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such checkpoint directory")
     if not (path / META).is_file():
+        if (path / "manifest.json").is_file():
+            raise CheckpointError(
+                f"{path}: is prepared data (made by `aiayn prepare`), not a checkpoint; "
+                "checkpoints are under <train.out_dir>/checkpoints/"
+            )
         pickles = sorted(p.name for p in path.glob("*") if p.suffix in (".pt", ".pth", ".pkl", ".bin"))
         hint = (
             f" (found {', '.join(pickles)}: aiayn never loads pickle files, which can run code)"
@@ -183,6 +190,8 @@ def read_meta(path: Path) -> dict[str, Any]:
 def read_config(path: Path) -> Config:
     """The checkpoint's config. A checkpoint config lists every key; one without
     `model.attention_bias` was saved before that key existed, when attention had biases."""
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: no such checkpoint directory")
     try:
         data = yaml.safe_load((path / CONFIG).read_text("utf-8"))
         if isinstance(data, dict) and isinstance(data.get("model"), dict):
@@ -220,13 +229,30 @@ def _non_finite(weights: dict[str, torch.Tensor]) -> list[str]:
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The checkpoint's weights, checked against the SHA-256 its metadata records (flipped
+    bytes inside a tensor leave a valid file of finite, wrong numbers; checkpoints written
+    before 2026-11-25 have no digest, and load unchecked)."""
+    expected = read_meta(path).get("weights_sha256")
     file = path / WEIGHTS
     if not file.is_file():
         raise CheckpointError(f"{path}: {WEIGHTS} is missing")
     try:
+        if expected is not None and _sha256(file) != expected:
+            raise CheckpointError(
+                f"{file}: truncated or corrupt: its SHA-256 differs from the one recorded in "
+                f"{META} when it was written"
+            )
         return load_file(str(file))
     except (SafetensorError, OSError, ValueError) as err:
         raise CheckpointError(f"{file}: truncated or corrupt safetensors file ({err})") from None
+
+
+def _sha256(file: Path) -> str:
+    digest = hashlib.sha256()
+    with open(file, "rb") as handle:
+        while block := handle.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def load_weights_into(model: Transformer, weights: dict[str, torch.Tensor], where: Path) -> None:

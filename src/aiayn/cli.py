@@ -254,6 +254,7 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_translate(args: argparse.Namespace) -> int:
+    from aiayn.data.corpus import decode_utf8
     from aiayn.translate import translate_stream
 
     if args.checkpoint is None:
@@ -262,25 +263,58 @@ def _run_translate(args: argparse.Namespace) -> int:
         raise ConfigError(f"--chunk-lines must be at least 1, got {args.chunk_lines}")
     _refuse_output_among_inputs(args.output, args.input)
     translator = _translator(args, args.nbest)
+    # Bytes, decoded line by line: invalid UTF-8 is named by its line (and under a C or POSIX
+    # locale never reaches the model as surrogates, as Python's stdin would pass it). A stdin
+    # that is already text (a notebook's, a test's) is read as it is.
+    stdin = getattr(sys.stdin, "buffer", sys.stdin)
     try:
-        source = open(args.input, encoding="utf-8", newline="\n") if args.input else sys.stdin
+        source = open(args.input, "rb") if args.input else stdin
     except OSError as err:
         raise DataError(f"{args.input}: cannot read ({err.strerror})") from None
-    if source is sys.stdin and hasattr(source, "reconfigure"):
-        # Under a C or POSIX locale Python reads stdin with errors="surrogateescape", so
-        # invalid bytes would reach the model as surrogates instead of being refused.
-        source.reconfigure(encoding="utf-8", errors="strict")
-    out = open(args.output, "w", encoding="utf-8", newline="\n") if args.output else sys.stdout
+    lines = (
+        raw if isinstance(raw, str) else decode_utf8(raw, args.input or "stdin", n)
+        for n, raw in enumerate(source, start=1)
+    )  # fmt: skip
+    out, written = _Output(args.output), False
     chunk = args.chunk_lines or (1 if source.isatty() else 256)
     try:
-        translate_stream(translator, source, out, chunk, nbest=args.nbest is not None)
-    except UnicodeDecodeError as err:
-        raise DataError(f"{args.input or 'stdin'}: not valid UTF-8 ({err})") from None
+        translate_stream(translator, lines, out.handle, chunk, nbest=args.nbest is not None)
+        written = True
     finally:
-        for handle in (source, out):
-            if handle not in (sys.stdin, sys.stdout):
-                handle.close()
+        if source is not stdin:
+            source.close()
+        out.close(written)
     return 0
+
+
+class _Output:
+    """Where `translate` writes: stdout, or the file `path`. A regular file is written under
+    a temporary name beside it and renamed over it once every line is written, so that bad
+    input or Ctrl-C halfway leaves an existing file as it was (and a new one absent)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path, self.tmp = path, None
+        if path is None:
+            self.handle = sys.stdout
+            return
+        existed = os.path.exists(path)
+        open(path, "a", encoding="utf-8").close()  # cannot be written: fails now, naming it
+        self.created = not existed
+        if os.path.isfile(path):  # not /dev/null or a pipe, which are written as they are
+            folder, name = os.path.split(path)
+            self.tmp = os.path.join(folder, f".{name}.tmp-{os.getpid()}")
+        self.handle = open(self.tmp or path, "w", encoding="utf-8", newline="\n")
+
+    def close(self, complete: bool) -> None:
+        if self.path is None:
+            return
+        self.handle.close()
+        if self.tmp is not None and complete:
+            os.replace(self.tmp, self.path)
+        elif self.tmp is not None:
+            os.remove(self.tmp)
+            if self.created:
+                os.remove(self.path)
 
 
 def _add_evaluate(sub: argparse._SubParsersAction) -> None:

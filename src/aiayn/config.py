@@ -101,6 +101,9 @@ class DataConfig:
     max_tokens: int = 4096  # per side per batch, padding included (sec. 5.1 batches by length)
     seed: int = 1  # shuffles batch order; recorded in every checkpoint
 
+    def __post_init__(self) -> None:
+        _check_ranges(self, "data", ("max_tokens",), ("seed",))
+
 
 @dataclass
 class TrainConfig:
@@ -145,7 +148,7 @@ class TrainConfig:
         non_negative = (  # lr_scale=0 holds the weights still: a way to measure, not to train
             "lr_scale", "max_epochs", "max_time_minutes", "accum_steps", "clip_norm",
             "save_every_minutes", "save_every_steps", "valid_every_steps", "valid_bleu_lines",
-            "patience",
+            "patience", "seed",
         )  # fmt: skip
         _check_ranges(self, "train", positive, non_negative)
         if not all(0.0 <= beta < 1.0 for beta in self.betas):
@@ -225,7 +228,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 def preset(name: str) -> Config:
     """The named preset as a fresh `Config`."""
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:
         raise ConfigError(f"unknown preset {name!r}; presets are: {', '.join(PRESETS)}")
     return _with_values(Config(), PRESETS[name])
 

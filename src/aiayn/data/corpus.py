@@ -103,10 +103,11 @@ def find_side(prefix: str | Path, lang: str) -> Path:
     raise DataError(f"{plain}: no such file (nor {gz.name})")
 
 
-def resolve_split(spec: str | Path, src: str, tgt: str) -> ParallelFiles:
-    """A split given as a prefix (`data/train` -> train.en + train.de) or a `.tsv[.gz]` file."""
+def resolve_split(spec: str | Path, src: str, tgt: str, tsv: bool = False) -> ParallelFiles:
+    """A split given as a prefix (`data/train` -> train.en + train.de) or a TSV file: one
+    named `.tsv[.gz]`, or any with `tsv` (`prepare --tsv`, whatever the file is called)."""
     name = str(spec)
-    if name.endswith((".tsv", ".tsv.gz")):
+    if tsv or name.lower().endswith((".tsv", ".tsv.gz")):
         path = Path(name)
         if not path.is_file():
             raise DataError(f"{path}: no such file")
@@ -155,11 +156,16 @@ def _decode_line(raw: bytes, path: Path, lineno: int) -> str:
         raw = raw[:-1]
     if b"\x00" in raw:
         raise DataError(f"{path}: line {lineno}: contains a NUL byte (is this a binary file?)")
+    return decode_utf8(raw, path, lineno)
+
+
+def decode_utf8(raw: bytes, where: str | Path, lineno: int) -> str:
+    """Line `lineno` of `where` as str; invalid UTF-8 is a DataError naming the line and byte."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise DataError(
-            f"{path}: line {lineno}: invalid UTF-8 at byte {err.start} "
+            f"{where}: line {lineno}: invalid UTF-8 at byte {err.start} "
             f"({raw[err.start:err.start + 4]!r})"
         ) from err
 

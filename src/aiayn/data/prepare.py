@@ -13,6 +13,7 @@ so an error (a bad line in the last file, Ctrl-C) never leaves a partial OUT beh
 
 from __future__ import annotations
 
+import math
 import shutil
 import sys
 import tempfile
@@ -34,7 +35,7 @@ from aiayn.data.corpus import (
     resolve_split,
 )
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, cpu_threads
-from aiayn.errors import DataError
+from aiayn.errors import ConfigError, DataError
 
 ROUNDTRIP_CHECK_LINES = 2000
 
@@ -66,6 +67,8 @@ def prepare(
     test keep every line, so outputs stay aligned with references. Returns the manifest.
     """
     out = Path(out)
+    _check_options(vocab_size, vocab_sample_sentences, seed, max_tokens_per_side, max_len_ratio,
+                   workers)  # fmt: skip
     splits = _resolve_splits(train, tsv, valid, test, src, tgt)
     length_filter = _length_filter(max_tokens_per_side, max_len_ratio)
     threads = cpu_threads(workers)
@@ -145,16 +148,32 @@ def _resolve_splits(
         raise DataError(f"source and target languages are both {src!r}")
     train_spec = tsv if tsv is not None else train
     assert train_spec is not None
-    splits = {"train": resolve_split(train_spec, src, tgt)}
+    splits = {"train": resolve_split(train_spec, src, tgt, tsv=tsv is not None)}
     splits["valid"] = resolve_split(valid, src, tgt)
     if test is not None:
         splits["test"] = resolve_split(test, src, tgt)
     return splits
 
 
+def _check_options(
+    vocab_size: int, sample: int, seed: int, max_tokens: int | None, max_ratio: float | None,
+    workers: int | None,
+) -> None:  # fmt: skip
+    """Refuse impossible options before the corpus is read (sentencepiece would take some,
+    like a negative seed, only after reading it all, and fail with its own message)."""
+    limits = [("vocab size", vocab_size, 5), ("vocabulary sample", sample, 1), ("seed", seed, 0),
+              ("max tokens per side", max_tokens, 1), ("workers", workers, 1)]  # fmt: skip
+    for what, value, low in limits:
+        if value is not None and not value >= low:
+            raise ConfigError(f"the {what} must be at least {low}, got {value}")
+    if max_ratio is not None and not 1.0 <= max_ratio < math.inf:  # NaN fails too
+        raise ConfigError(f"the max length ratio must be a number >= 1, got {max_ratio}")
+
+
 def _check_out(out: Path, overwrite: bool, splits: dict[str, ParallelFiles]) -> None:
-    """`out` may be replaced only with `overwrite`, and never while it holds an input: the
-    old directory is deleted once the new one is in place, and the corpus with it."""
+    """`out` may be replaced only with `overwrite`, only if `prepare` made it, and never while
+    it holds an input: the old directory is deleted once the new one is in place, and the
+    corpus with it."""
     if out.exists() and not out.is_dir():
         raise DataError(f"{out}: exists and is not a directory")
     if not out.is_dir() or not any(out.iterdir()):
@@ -167,6 +186,11 @@ def _check_out(out: Path, overwrite: bool, splits: dict[str, ParallelFiles]) -> 
         raise DataError(
             f"{out}: holds the input {held[0]}, which replacing it would delete; "
             "write to another --out"
+        )
+    if not (out / bz.MANIFEST).is_file():  # a mistyped --out must not delete a user's files
+        raise DataError(
+            f"{out}: is not a directory made by `aiayn prepare` (no {bz.MANIFEST}); --force "
+            "replaces only those: write to another --out"
         )
 
 

@@ -53,6 +53,8 @@ def resume_candidates(path: str | Path) -> list[Path]:
     """Checkpoints to resume from, newest first: `path` itself if it is a checkpoint, else the
     `step-*` checkpoints with trainer state under it (or under its `checkpoints/`)."""
     path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: no such directory to resume from")
     if (path / META).is_file():
         return [path]
     found = [

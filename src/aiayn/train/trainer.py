@@ -368,6 +368,18 @@ class Trainer:
                 self.model, self.data.valid, self.data.tgt_vocab, t.valid_bleu_lines,
                 self.config.data.max_tokens, env.device,
             )  # fmt: skip
+        if not math.isfinite(stats["nll"]):
+            # Finite weights whose outputs are not: the run has diverged. Nothing after this
+            # is worth keeping as best, and the step checkpoints since the last good dev loss
+            # may hold the same weights, so the message points to `best/`.
+            best = self.checkpoints.best if state.best_valid_nll is not None else None
+            kept = (f"the best model so far is {best} (dev NLL {state.best_valid_nll:.3f})"
+                    if best is not None else "no validation had a finite loss before")  # fmt: skip
+            raise TrainingError(
+                f"the dev loss is {stats['nll']} after update {state.step}: the model has "
+                f"diverged; {kept}. Lower the learning rate (train.lr_scale) or set "
+                "train.clip_norm"
+            )
         state.valid_step, state.last_valid = state.step, stats
         if state.best_valid_nll is None or stats["nll"] < state.best_valid_nll:
             state.best_valid_nll, state.stale_validations = stats["nll"], 0
