@@ -37,3 +37,16 @@ def test_a_second_ctrl_c_ends_any_command_with_one_line_and_code_130(capsys, mon
     monkeypatch.setattr("aiayn.cli._run_info", interrupted)
     assert main(["info", "base"]) == 130
     assert capsys.readouterr().err == "aiayn info: interrupted\n"
+
+
+def test_warnings_print_as_one_line_of_the_command(tmp_path, capsys):
+    # Python's default shows the file, line number and source line of the warnings.warn call.
+    from tiny_checkpoint import save_tiny_checkpoint
+
+    ckpt = save_tiny_checkpoint(tmp_path / "learned", positional="learned", max_len=12)
+    src = tmp_path / "long.txt"
+    src.write_text(" ".join(["the cat sat on a mat"] * 6) + "\n", encoding="utf-8")
+    assert main(["translate", "--checkpoint", str(ckpt), "-i", str(src)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("aiayn translate: warning: ") and "truncated" in err
+    assert "warnings.warn" not in err and ".py:" not in err

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import warnings
 
 from aiayn.errors import AiaynError, ConfigError, DataError
 
@@ -403,7 +404,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """The command's exit status; the errors a user can act on become one line and 2."""
+    """The command's exit status; the errors a user can act on become one line and 2, and
+    warnings one line each, `aiayn <command>: warning: ...` (not Python's file, line and
+    source line)."""
+    with warnings.catch_warnings():
+        warnings.showwarning = lambda message, *_, **__: print(
+            f"aiayn {args.command}: warning: {message}", file=sys.stderr
+        )
+        return _run_command(args)
+
+
+def _run_command(args: argparse.Namespace) -> int:
     try:
         return int(args.run(args) or 0)
     except AiaynError as err:
