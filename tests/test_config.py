@@ -96,6 +96,7 @@ def test_yaml_unknown_key_lists_valid_keys(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_yaml(path)
     assert "d_modle" in str(err.value) and "model.d_model" in str(err.value)
+    assert str(err.value).startswith(f"{path}: unknown config key")  # which file says so
 
 
 def test_table3_presets():

@@ -189,7 +189,7 @@ def test_force_replaces_only_a_prepared_directory(corpus: Path, capsys) -> None:
 @pytest.mark.parametrize(
     "option, message",
     [(("--seed", "-1"), "the seed must be at least 0, got -1"),
-     (("--vocab-sample", "-1"), "the vocabulary sample must be at least 1"),
+     (("--vocab-sample", "50"), "the vocabulary sample must be at least 101, got 50"),
      (("--vocab-size", "0"), "the vocab size must be at least 5, got 0"),
      (("--workers", "0"), "the workers must be at least 1"),
      (("--max-len-ratio", "nan"), "the max length ratio must be a number >= 1, got nan")],

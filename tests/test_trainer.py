@@ -178,6 +178,13 @@ def test_a_non_finite_dev_loss_stops_the_run_and_is_never_the_best(data, tmp_pat
     assert best.meta["step"] == 2 and math.isfinite(best.meta["valid"]["nll"])
 
 
+def test_an_out_dir_that_is_a_file_is_named(data, tmp_path):
+    (tmp_path / "afile").write_text("notes")  # was "afile: File exists", from mkdir
+    with pytest.raises(ConfigError, match=r"train.out_dir=\S+afile is a file"):
+        train(tiny_config(data, tmp_path / "afile"))
+    assert (tmp_path / "afile").read_text() == "notes"
+
+
 def test_shards_with_another_vocabulary_or_ids_it_lacks_are_refused(data, tmp_path):
     # vocab.model and vocab.json copied in from another `prepare`: the same size, but the
     # shards' ids would mean other subwords, and the checkpoints would carry the wrong one.

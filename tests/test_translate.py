@@ -274,3 +274,27 @@ def test_any_unicode_gives_exactly_one_output_line_per_input_line(translator, li
     out = io.StringIO()
     count = translate_stream(translator, io.StringIO("".join(f"{x}\n" for x in lines)), out)
     assert count == len(lines) and out.getvalue().count("\n") == len(lines)
+
+
+def test_running_out_of_memory_is_one_line_with_what_to_lower(ckpt, monkeypatch, capsys):
+    # `--beam 100000` made torch try to allocate 160 GB: a traceback ending in a RuntimeError.
+    def huge(self, texts):
+        raise RuntimeError(
+            "DefaultCPUAllocator: can't allocate memory: you tried to allocate 160000000000 "
+            "bytes. Error code 12 (Cannot allocate memory)"
+        )
+
+    monkeypatch.setattr(Translator, "translate", huge)
+    monkeypatch.setattr("sys.stdin", io.StringIO("the cat\n"))
+    assert main(["translate", "--checkpoint", str(ckpt), "--beam", "100000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("aiayn translate: error: not enough memory (DefaultCPUAllocator")
+    assert "--beam" in err and len(err.splitlines()) == 1
+
+    def bug(self, texts):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(Translator, "translate", bug)
+    monkeypatch.setattr("sys.stdin", io.StringIO("the cat\n"))
+    with pytest.raises(RuntimeError, match="shape mismatch"):  # other errors stay bugs to see
+        main(["translate", "--checkpoint", str(ckpt)])

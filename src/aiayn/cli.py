@@ -429,9 +429,24 @@ def _run_command(args: argparse.Namespace) -> int:
         where = f"{err.filename}: " if err.filename else ""
         print(f"aiayn {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
+    except (MemoryError, RuntimeError) as err:  # torch's CPU and CUDA allocators raise these
+        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if not isinstance(err, MemoryError) and not _out_of_memory(text):
+            raise
+        print(
+            f"aiayn {args.command}: error: not enough memory ({text}); lower the batch "
+            "(--max-tokens, data.max_tokens) or the beam (--beam)", file=sys.stderr,
+        )  # fmt: skip
+        return 2
     except KeyboardInterrupt:  # `train` saves on the first Ctrl-C; this is a second one
         print(f"aiayn {args.command}: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
+
+
+def _out_of_memory(message: str) -> bool:
+    """Whether a RuntimeError's message is an allocator's (CPU: "can't allocate memory",
+    CUDA: "out of memory")."""
+    return "can't allocate memory" in message or "out of memory" in message.lower()
 
 
 if __name__ == "__main__":

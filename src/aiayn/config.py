@@ -345,7 +345,10 @@ def _with_values(config: Config, values: dict[str, Any], where: str = "preset") 
     """A new Config with dotted `section.key` values set, each type-checked, then validated."""
     sections = {s: dataclasses.asdict(getattr(config, s)) for s in _SECTIONS}
     for dotted, value in values.items():
-        section, _, key = _qualify(dotted).partition(".")
+        try:
+            section, _, key = _qualify(dotted).partition(".")
+        except ConfigError as err:  # name the file (or override) the key came from
+            raise ConfigError(f"{where}: {err}") from None
         hint = typing.get_type_hints(_section_type(section))[key]
         sections[section][key] = _coerce(value, hint, f"{where}: {section}.{key}")
     try:

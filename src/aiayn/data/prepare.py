@@ -161,7 +161,8 @@ def _check_options(
 ) -> None:  # fmt: skip
     """Refuse impossible options before the corpus is read (sentencepiece would take some,
     like a negative seed, only after reading it all, and fail with its own message)."""
-    limits = [("vocab size", vocab_size, 5), ("vocabulary sample", sample, 1), ("seed", seed, 0),
+    # sentencepiece samples at least 101 sentences (or all, which 0 would mean to it)
+    limits = [("vocab size", vocab_size, 5), ("vocabulary sample", sample, 101), ("seed", seed, 0),
               ("max tokens per side", max_tokens, 1), ("workers", workers, 1)]  # fmt: skip
     for what, value, low in limits:
         if value is not None and not value >= low:

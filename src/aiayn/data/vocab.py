@@ -29,6 +29,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -142,7 +143,10 @@ class Vocab:
                 minloglevel=2,
             )
         except RuntimeError as err:
-            raise DataError(f"cannot train a {vocab_size}-token vocabulary: {err}") from err
+            # "INTERNAL: src/trainer_interface.cc(744) [check] Vocabulary size too high ...":
+            # the user's part is after sentencepiece's source location and failed check.
+            reason = re.sub(r"^[A-Z_]+: \S+\(\d+\) \[.*?\] ?", "", str(err)) or str(err)
+            raise DataError(f"cannot train a {vocab_size}-token vocabulary: {reason}") from err
         return cls(model.getvalue())
 
     def save(self, path: str | Path, **extra_meta: object) -> Path:

@@ -130,6 +130,8 @@ class Trainer:
 
     def __init__(self, config: Config, env: distributed.DistEnv, resume: str | Path | None) -> None:
         self.env, t = env, config.train
+        if Path(t.out_dir).exists() and not Path(t.out_dir).is_dir():
+            raise ConfigError(f"train.out_dir={t.out_dir} is a file; it must be a directory")
         self.data: RunData = load_run_data(config, env)
         self.config = config = self.data.config  # vocabulary sizes taken from the data
         if t.precision == "fp16" and env.device.type != "cuda":
