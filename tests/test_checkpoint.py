@@ -311,16 +311,18 @@ def test_only_a_checkpoint_or_an_empty_directory_is_replaced(tmp_path, vocab):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["empty", "file", "notes"]
 
 
-def test_a_checkpoint_gets_the_modes_of_the_umask(tmp_path, vocab):
+@pytest.mark.parametrize("umask, folder, file", [(0o022, 0o755, 0o644), (0o077, 0o700, 0o600),
+                                                 (0o002, 0o775, 0o664)])  # fmt: skip
+def test_a_checkpoint_gets_the_modes_of_the_umask(tmp_path, vocab, umask, folder, file):
     # mkdtemp's 0700 and safetensors' 0600 would keep a server of another user out.
-    previous = os.umask(0o022)
+    previous = os.umask(umask)
     try:
         path, _, _ = _saved(tmp_path, vocab)
     finally:
         os.umask(previous)
-    assert path.stat().st_mode & 0o777 == 0o755
+    assert path.stat().st_mode & 0o777 == folder
     assert {p.name: p.stat().st_mode & 0o777 for p in path.iterdir()} == {
-        p.name: 0o644 for p in path.iterdir()
+        p.name: file for p in path.iterdir()
     }
 
 

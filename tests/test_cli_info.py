@@ -1,4 +1,5 @@
 import json
+import warnings
 
 from aiayn.cli import main
 from aiayn.config import ModelConfig
@@ -50,3 +51,7 @@ def test_warnings_print_as_one_line_of_the_command(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("aiayn translate: warning: ") and "truncated" in err
     assert "warnings.warn" not in err and ".py:" not in err
+    with warnings.catch_warnings(record=True) as seen:  # a caller recording still records
+        warnings.simplefilter("always")
+        assert main(["translate", "--checkpoint", str(ckpt), "-i", str(src)]) == 0
+    assert any("truncated" in str(w.message) for w in seen)

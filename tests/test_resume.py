@@ -321,3 +321,24 @@ def test_a_resume_takes_adams_betas_and_eps_from_its_config_and_says_so(data, tm
 def test_resuming_from_a_missing_directory_says_it_is_missing(tmp_path):
     with pytest.raises(checkpoint.CheckpointError, match="nope: no such directory to resume"):
         resume_candidates(tmp_path / "nope")
+
+
+def test_a_row_e_run_saved_with_one_shared_table_says_it_cannot_resume(data, tmp_path):
+    # Its weights load into both tables (for translating, averaging), but its optimizer
+    # state has one parameter fewer: resuming ended in a traceback from torch.
+    from safetensors.torch import load_file, save_file
+
+    run = tmp_path / "run"
+    config = tiny_config(data, run, "model.positional=learned", "model.max_len=64",
+                         "train.max_steps=2")  # fmt: skip
+    last = train(config).final_checkpoint
+    weights = load_file(last / "model.safetensors")
+    del weights["tgt_positional.weight"]  # as saved before the decoder had its own
+    save_file(weights, last / "model.safetensors", metadata={"format": "aiayn-checkpoint"})
+    meta = json.loads((last / "checkpoint.json").read_text())
+    del meta["weights_sha256"]  # nor was a digest recorded then
+    (last / "checkpoint.json").write_text(json.dumps(meta))
+    checkpoint.load_checkpoint(last)  # translating works
+    with pytest.raises(checkpoint.CheckpointError, match="shared one table of learned positions"):
+        train(tiny_config(data, run, "model.positional=learned", "model.max_len=64",
+                          "train.max_steps=4"), resume=last)  # fmt: skip

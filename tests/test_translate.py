@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import os
+import stat
 import warnings
 
 import pytest
@@ -78,6 +80,24 @@ def test_cli_bad_input_is_a_clear_error(ckpt, tmp_path, capsys):
     assert main([*args, "-i", str(tmp_path / "good.txt")]) == 0
     assert len(out.read_text(encoding="utf-8").splitlines()) == 300
     assert sorted(p.name for p in tmp_path.iterdir()) == ["good.txt", "latin1.txt", "out.txt"]
+
+
+def test_cli_output_through_a_link_a_device_and_with_its_mode(ckpt, tmp_path):
+    # The file renamed over the output must be the link's target (the link stays), keep the
+    # target's mode, and never take the place of a device such as /dev/null.
+    src = tmp_path / "in.txt"
+    src.write_text("the cat\n", encoding="utf-8")
+    real, link = tmp_path / "real.txt", tmp_path / "link.txt"
+    real.write_text("old\n", encoding="utf-8")
+    real.chmod(0o600)
+    link.symlink_to(real)
+    args = ["translate", "--checkpoint", str(ckpt), "-i", str(src)]
+    assert main([*args, "-o", str(link)]) == 0
+    assert link.is_symlink() and real.read_text(encoding="utf-8") != "old\n"
+    assert real.stat().st_mode & 0o777 == 0o600
+    assert main([*args, "-o", os.devnull]) == 0
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "link.txt", "real.txt"]
 
 
 def test_cli_refuses_an_output_that_is_its_input_and_names_unwritable_outputs(

@@ -334,7 +334,16 @@ def _check_replaceable(path: Path) -> None:
 
 
 def _umask() -> int:
-    umask = os.umask(0o022)  # the only way to read it is to set it; put back at once
+    """The process's umask: from /proc on Linux; elsewhere by setting it and putting it back
+    (which, for that instant, applies 022 to files other threads create)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    umask = os.umask(0o022)
     os.umask(umask)
     return umask
 

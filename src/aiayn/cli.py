@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import signal
+import stat
 import sys
 import warnings
 
@@ -217,7 +218,8 @@ def _add_decode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam", type=int, help="beam size (4; 1 = greedy)")
     p.add_argument("--alpha", type=float, help="length penalty exponent (0.6)")
     p.add_argument("--max-len-offset", type=int, metavar="N", help="max output = input + N (50)")
-    p.add_argument("--min-len", type=int, metavar="N", help="tokens before eos at least (0)")
+    p.add_argument("--min-len", type=int, metavar="N",
+                   help="tokens before eos at least (1, so no translation is empty)")  # fmt: skip
     p.add_argument("--max-tokens", type=int, default=4096, metavar="N",
                    help="source tokens per batch, padding included (4096)")  # fmt: skip
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (cpu)")
@@ -241,7 +243,8 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
         "translate",
         help="translate text with a checkpoint (beam search, sec. 6.1)",
         description="Translate stdin (or -i FILE) to stdout (or -o FILE), one output line per "
-        "input line, in chunks that are written and flushed as they are done. With --nbest K "
+        "input line, in chunks that are written and flushed as they are done; an existing -o "
+        "FILE keeps its old content until every line is done, then is replaced. With --nbest K "
         "each input gives K lines `index ||| translation ||| score` (index from 0; score = "
         "log P / length penalty).",
     )
@@ -289,29 +292,40 @@ def _run_translate(args: argparse.Namespace) -> int:
 
 
 class _Output:
-    """Where `translate` writes: stdout, or the file `path`. A regular file is written under
-    a temporary name beside it and renamed over it once every line is written, so that bad
-    input or Ctrl-C halfway leaves an existing file as it was (and a new one absent)."""
+    """Where `translate` writes: stdout, or the file `path`. A regular file (or one a link
+    points to) is written under a temporary name beside it and renamed over it, with its
+    mode, once every line is written, so that bad input or Ctrl-C halfway leaves an existing
+    file as it was (and a new one absent). Anything else (/dev/stdout, a pipe, a file in a
+    folder where nothing new may be created) is written as it is."""
 
     def __init__(self, path: str | None) -> None:
-        self.path, self.tmp = path, None
+        self.path, self.tmp, self.created = path, None, False
         if path is None:
             self.handle = sys.stdout
             return
         existed = os.path.exists(path)
         open(path, "a", encoding="utf-8").close()  # cannot be written: fails now, naming it
         self.created = not existed
-        if os.path.isfile(path):  # not /dev/null or a pipe, which are written as they are
-            folder, name = os.path.split(path)
-            self.tmp = os.path.join(folder, f".{name}.tmp-{os.getpid()}")
-        self.handle = open(self.tmp or path, "w", encoding="utf-8", newline="\n")
+        real = os.path.realpath(path)  # a link's target is replaced, the link kept
+        info = os.stat(real)
+        if stat.S_ISREG(info.st_mode) and not real.startswith(("/dev/", "/proc/")):
+            folder, name = os.path.split(real)
+            tmp = os.path.join(folder, f".{name}.tmp-{os.getpid()}")
+            try:
+                self.handle = open(tmp, "w", encoding="utf-8", newline="\n")
+                os.chmod(tmp, stat.S_IMODE(info.st_mode))
+                self.tmp, self.real = tmp, real
+                return
+            except OSError:  # a folder that takes no new files: write the file itself
+                pass
+        self.handle = open(path, "w", encoding="utf-8", newline="\n")
 
     def close(self, complete: bool) -> None:
         if self.path is None:
             return
         self.handle.close()
         if self.tmp is not None and complete:
-            os.replace(self.tmp, self.path)
+            os.replace(self.tmp, self.real)
         elif self.tmp is not None:
             os.remove(self.tmp)
             if self.created:
@@ -407,10 +421,15 @@ def _run(args: argparse.Namespace) -> int:
     """The command's exit status; the errors a user can act on become one line and 2, and
     warnings one line each, `aiayn <command>: warning: ...` (not Python's file, line and
     source line)."""
-    with warnings.catch_warnings():
-        warnings.showwarning = lambda message, *_, **__: print(
-            f"aiayn {args.command}: warning: {message}", file=sys.stderr
-        )
+    with warnings.catch_warnings():  # the format only: a caller recording warnings still does
+        python_format = warnings.formatwarning
+
+        def one_line(message, category, *rest, **kwargs) -> str:
+            if category is not UserWarning:  # torch's deprecations and the like: as Python says
+                return python_format(message, category, *rest, **kwargs)
+            return f"aiayn {args.command}: warning: {message}\n"
+
+        warnings.formatwarning = one_line
         return _run_command(args)
 
 
@@ -433,10 +452,10 @@ def _run_command(args: argparse.Namespace) -> int:
         text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if not isinstance(err, MemoryError) and not _out_of_memory(text):
             raise
-        print(
-            f"aiayn {args.command}: error: not enough memory ({text}); lower the batch "
-            "(--max-tokens, data.max_tokens) or the beam (--beam)", file=sys.stderr,
-        )  # fmt: skip
+        lower = {"translate": "--max-tokens or --beam", "evaluate": "--max-tokens or --beam",
+                 "train": "data.max_tokens (train.update_tokens keeps the batch per update)"}
+        advice = f"; lower {lower[args.command]}" if args.command in lower else ""
+        print(f"aiayn {args.command}: error: not enough memory ({text}){advice}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # `train` saves on the first Ctrl-C; this is a second one
         print(f"aiayn {args.command}: interrupted", file=sys.stderr)

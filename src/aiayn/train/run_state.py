@@ -198,6 +198,12 @@ def restore(trainer: Trainer, candidates: list[Path]) -> Path:
     if chosen != path:
         path, state, tensors, weights = _read_first([chosen])
     _check_compatible(trainer, path, state)
+    if hasattr(trainer.model.tgt_positional, "weight") and "tgt_positional.weight" not in weights:
+        raise CheckpointError(
+            f"{path}: saved when the encoder and decoder shared one table of learned positions; "
+            "it translates and averages with this aiayn, but its optimizer state has no place "
+            "for the decoder's own table, so training cannot resume from it"
+        )
     load_weights_into(trainer.model, weights, path)
     changed = optimizer_from_json(trainer.optimizer, state["optimizer"], tensors)
     if changed:
