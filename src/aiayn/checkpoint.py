@@ -34,6 +34,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from aiayn.config import Config, from_dict, to_dict
+from aiayn.data.binarize import MANIFEST
 from aiayn.data.vocab import Vocab
 from aiayn.errors import AiaynError, CheckpointError
 from aiayn.jsonfile import read_object
@@ -163,7 +164,7 @@ def read_meta(path: Path) -> dict[str, Any]:
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such checkpoint directory")
     if not (path / META).is_file():
-        if (path / "manifest.json").is_file():
+        if (path / MANIFEST).is_file():
             raise CheckpointError(
                 f"{path}: is prepared data (made by `aiayn prepare`), not a checkpoint; "
                 "checkpoints are under <train.out_dir>/checkpoints/"
