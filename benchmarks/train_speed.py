@@ -26,7 +26,8 @@ with them, so the run also shows how much of the difference the biases make.
 Prints one JSON object: per system the median target tokens/s over the timed steps; the
 ratios aiayn / peer; and aiayn's model FLOPs utilisation: matrix-multiply FLOPs per token
 (counted by torch's FlopCounterMode on aiayn's own steps) x tokens/s, against the matmul
-peak measured in the same run (and, on an H100, against its 989 TFLOP/s bf16 datasheet peak).
+peak measured in the same run (and, on an H100 or H200, against their 989 TFLOP/s bf16
+datasheet peak).
 """
 
 from __future__ import annotations
@@ -47,9 +48,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, register_flop_formula
 
-from aiayn.config import ModelConfig
+from aiayn.config import ModelConfig, TrainConfig
 from aiayn.data.batching import chunk_by_tokens, collate
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from aiayn.model.attention import kernel_preference
 from aiayn.model.layers import sinusoid_table
 from aiayn.model.linear import linear
 from aiayn.model.transformer import Transformer
@@ -60,7 +62,7 @@ SIZES = {  # d_model, heads, d_ff, layers (each stack)
     "base": (512, 8, 2048, 6),
     "small": (256, 4, 1024, 3),
 }
-H100_BF16_PEAK = 989.4e12  # dense bf16 datasheet figure, SXM
+HOPPER_BF16_PEAK = 989.4e12  # dense bf16 datasheet figure of the H100 and H200 (SXM)
 
 
 def make_batches(n_batches: int, max_tokens: int, seed: int, vocab: int = VOCAB) -> list:
@@ -123,8 +125,12 @@ def peer_loss(logits, batch) -> torch.Tensor:
     )  # fmt: skip
 
 
-def aiayn_loss(model: Transformer, b, compiled: bool = False) -> torch.Tensor:
-    return real_token_loss(model, b.src, b.tgt_in, b.positions, b.target, EPS_LS, compiled)[0]
+def aiayn_loss(
+    model: Transformer, b, compiled: bool = False, kernel: str = TrainConfig.attention_kernel
+) -> torch.Tensor:
+    """The trainer's loss, with its default attention kernel on a GPU (`kernel_preference`)."""
+    with kernel_preference(kernel, b.src.device):
+        return real_token_loss(model, b.src, b.tgt_in, b.positions, b.target, EPS_LS, compiled)[0]
 
 
 def steppers(
@@ -371,10 +377,11 @@ def main() -> None:
     results = {size: bench_size(size, args, dtype) for size in args.sizes.split(",")}
     for r in results.values():
         r["aiayn_fraction_of_measured_matmul_peak"] = round(r.pop("aiayn_flops_per_s") / peak, 3)
-        if args.device.startswith("cuda") and "H100" in torch.cuda.get_device_name():
+        name = torch.cuda.get_device_name() if args.device.startswith("cuda") else ""
+        if "H100" in name or "H200" in name:
             fpt = r["aiayn_flops_per_token"]
-            r["aiayn_mfu_vs_h100_datasheet"] = round(
-                r["tokens_per_s_median"]["aiayn"] * fpt / H100_BF16_PEAK, 3
+            r["aiayn_mfu_vs_989_tflops"] = round(
+                r["tokens_per_s_median"]["aiayn"] * fpt / HOPPER_BF16_PEAK, 3
             )
     import transformers
 

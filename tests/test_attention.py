@@ -1,11 +1,15 @@
 import pytest
 import torch
 
+from torch.nn.attention import SDPBackend
+
 from aiayn.model.attention import (
+    KERNELS,
     MultiHeadAttention,
     attend_mask,
     attention_weights,
     decoding_attention,
+    kernel_preference,
     scaled_dot_product_attention,
 )
 from aiayn.model.cache import KVCache, LayerCache, StoreBuffers
@@ -24,6 +28,73 @@ def test_eq1_by_hand_with_padding():
     weights = attention_weights(q, k, mask)
     assert weights[1, :, :, 4:].abs().max() == 0
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 4))
+
+
+def _sdpa_state() -> tuple:
+    """PyTorch's kernel order for scaled_dot_product_attention, and which kernels it may use
+    (global flags, readable without a GPU)."""
+    cuda = torch.backends.cuda
+    enabled = (cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(),
+               cuda.cudnn_sdp_enabled(), cuda.math_sdp_enabled())  # fmt: skip
+    return tuple(torch._C._get_sdp_priority_order()), enabled
+
+
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_kernel_preference_puts_its_kernel_first_on_a_gpu_and_keeps_the_others(name):
+    before = _sdpa_state()
+    with kernel_preference(name, torch.device("cuda")):
+        order, enabled = _sdpa_state()
+        assert order[0] == int(KERNELS[name])
+        assert set(order[:4]) == {int(k) for k in KERNELS.values()}  # the rest as fallbacks
+        assert order[3] == int(SDPBackend.MATH) or name == "math"
+        assert all(enabled)
+    assert _sdpa_state() == before
+
+
+def test_kernel_preference_leaves_pytorchs_choice_for_auto_and_on_a_cpu():
+    before = _sdpa_state()
+    for name, device in (("auto", "cuda"), ("efficient", "cpu"), ("math", "cpu")):
+        with kernel_preference(name, torch.device(device)):
+            assert _sdpa_state() == before
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_every_preferred_kernel_gives_the_same_loss_and_gradients_on_a_gpu():
+    """Whichever kernel `train.attention_kernel` prefers (and its fallbacks, where it cannot
+    take the inputs: FlashAttention has no float32), the trainer's loss and gradients are
+    those of the plain composition, in float32 and under bf16 autocast."""
+    from aiayn.train.validate import real_positions, real_token_loss
+
+    torch.manual_seed(0)
+    model = Transformer(tiny_model_config(vocab_size=50, d_model=64, d_ff=128)).cuda()
+    src, tgt = torch.randint(4, 50, (6, 11)).cuda(), torch.randint(4, 50, (6, 10)).cuda()
+    src[0, -3:] = tgt[1, -4:] = 0  # padding on both sides: the masked and causal kernels
+    positions, target = real_positions(tgt[:, 1:], 0, src.device)
+
+    def loss_and_grads(name: str, dtype: torch.dtype) -> list[torch.Tensor]:
+        model.zero_grad()
+        with torch.autocast("cuda", dtype=dtype, enabled=dtype != torch.float32):
+            with kernel_preference(name, src.device):
+                smoothed, _ = real_token_loss(model, src, tgt[:, :-1], positions, target, 0.1)
+        smoothed.backward()
+        return [smoothed.detach(), *(p.grad.clone() for p in model.parameters())]
+
+    for dtype in (torch.float32, torch.bfloat16):
+        expected = loss_and_grads("math", dtype)
+        for name in ("auto", "efficient", "flash", "cudnn"):
+            got = loss_and_grads(name, dtype)
+            if dtype == torch.float32:
+                torch.testing.assert_close(got[0], expected[0], rtol=1e-5, atol=0)
+                for g, e in zip(got[1:], expected[1:]):
+                    torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4 * e.abs().max().item())
+                continue
+            # bf16: the fused kernels keep the scores and softmax in float32 where the
+            # composition rounds them to bf16, so single gradient elements can differ by
+            # 40% and a whole weight's gradient by 5.8% (an H200, torch 2.11: the first FFN
+            # of the last decoder layer); the loss by 2.6e-4.
+            torch.testing.assert_close(got[0], expected[0], rtol=3e-3, atol=0)
+            for g, e in zip(got[1:], expected[1:]):
+                assert (g - e).norm() <= 0.1 * e.norm()
 
 
 @pytest.mark.parametrize("mask_shape", [None, (3, 1, 1, 9), (3, 1, 4, 9)])

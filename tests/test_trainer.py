@@ -3,6 +3,7 @@ gradient by the update's target tokens, stops where told, and survives non-finit
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -12,6 +13,7 @@ import torch
 
 import aiayn.train.loss as loss_module
 import aiayn.train.trainer as trainer_module
+import aiayn.train.validate as validate_module
 from aiayn.checkpoint import load_checkpoint, read_weights
 from aiayn.cli import main
 from aiayn.config import save_yaml
@@ -258,6 +260,36 @@ def test_train_compile_runs_the_loss_compiled(data, tmp_path, monkeypatch):
     train(tiny_config(data, tmp_path / "compiled", "train.compile=true", "train.max_steps=2"))
     train(tiny_config(data, tmp_path / "eager", "train.max_steps=2"))
     assert set(flags[: len(flags) // 2]) == {True} and set(flags[len(flags) // 2 :]) == {False}
+
+
+def test_training_and_validation_losses_run_in_the_attention_kernel_preference(
+    data, tmp_path, monkeypatch
+):
+    """`train.attention_kernel` reaches `kernel_preference`, around every loss the trainer
+    computes: the updates' and the dev loss's (on a CPU the preference itself is a no-op)."""
+    entered, inside, calls = [], [], []
+
+    @contextlib.contextmanager
+    def preference(name, device):
+        entered.append((name, device.type))
+        inside.append(True)
+        yield
+        inside.pop()
+
+    def loss(*args):
+        calls.append(bool(inside))
+        return real_token_loss(*args)
+
+    monkeypatch.setattr(trainer_module, "kernel_preference", preference)
+    monkeypatch.setattr(trainer_module, "real_token_loss", loss)
+    monkeypatch.setattr(validate_module, "real_token_loss", loss)
+    config = tiny_config(data, tmp_path / "run", "train.attention_kernel=math",
+                         "train.max_steps=2", "train.valid_every_steps=1")  # fmt: skip
+    train(config)
+    assert set(entered) == {("math", "cpu")}
+    assert len(calls) > 2 and all(calls)  # two updates' losses and the dev losses
+    with pytest.raises(ConfigError, match="attention_kernel"):
+        tiny_config(data, tmp_path / "bad", "train.attention_kernel=fastest")
 
 
 def test_compiled_real_token_loss_gives_the_eager_loss_and_gradients():

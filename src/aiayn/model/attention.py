@@ -8,9 +8,12 @@ conversion happens in exactly one place, `attend_mask`.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from aiayn.model.cache import LayerCache
 from aiayn.model.linear import Linear
@@ -33,6 +36,36 @@ def attend_mask(
         tri = torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=offset)
         mask = tri if mask is None else mask & tri  # (batch | 1, 1, q_len, k_len)
     return mask
+
+
+# `TrainConfig.attention_kernel`'s names for PyTorch's fused kernels, in the order tried
+# after the preferred one; the plain composition ("math") always comes last.
+KERNELS = {
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+
+
+def kernel_preference(name: str, device: torch.device) -> AbstractContextManager:
+    """A context in which `scaled_dot_product_attention` on a GPU tries kernel `name` first,
+    then the others (`KERNELS`' order), so inputs it cannot take still run; "auto", or a CPU,
+    leaves PyTorch's own choice.
+
+    Why prefer one: PyTorch picks by what a kernel supports, not by what is fast for the
+    shapes at hand, and translation batches are ~1,000 sentences of 10-45 tokens, which
+    fill a fraction of each kernel's 64- or 128-row tiles. On an H200 (torch 2.11) PyTorch
+    chose cuDNN's kernel, and the memory-efficient one made the base model's bf16 training
+    step 1.10x faster compiled and 1.07x eager (benchmarks/attention_backends.py,
+    benchmarks/README.md). It is chosen when the computation is traced, so under
+    `torch.compile` the context must be active at the first call, as the trainer's is.
+    """
+    if name == "auto" or device.type != "cuda":
+        return nullcontext()
+    first = KERNELS[name]
+    order = [first, *(kernel for kernel in KERNELS.values() if kernel != first)]
+    return sdpa_kernel(order, set_priority=True)
 
 
 def scaled_dot_product_attention(

@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 import warnings
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from torch import nn
 
 from aiayn.config import Config, apply_overrides
 from aiayn.errors import ConfigError, TrainingError
+from aiayn.model.attention import kernel_preference
 from aiayn.model.transformer import Transformer
 from aiayn.train import distributed
 from aiayn.train.checkpoints import RunCheckpoints, resume_candidates, step_checkpoints, step_name
@@ -275,7 +276,7 @@ class Trainer:
         """(smoothed sum, NLL sum) of one micro-batch, over its real target tokens."""
         positions, target = real_positions(batch.tgt_out, self.config.model.pad_id, self.env.device)
         batch = batch.to(self.env.device, non_blocking=True)
-        with self._autocast():
+        with self._forward_context():
             return self.forward(batch.src, batch.tgt_in, positions, target)
 
     def _step(self, tokens: float) -> tuple[str, float]:
@@ -350,12 +351,18 @@ class Trainer:
             )  # fmt: skip
             clock.window_start, clock.window_tokens = time.monotonic(), 0.0
 
-    def _autocast(self):
-        precision = self.config.train.precision
-        if precision == "fp32":
-            return nullcontext()
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-        return torch.autocast(self.env.device.type, dtype=dtype)
+    @contextmanager
+    def _forward_context(self):
+        """Where the loss's forward runs: autocast for `train.precision`, and the attention
+        kernel of `train.attention_kernel`."""
+        t, device = self.config.train, self.env.device
+        if t.precision == "fp32":
+            autocast = nullcontext()
+        else:
+            dtype = torch.bfloat16 if t.precision == "bf16" else torch.float16
+            autocast = torch.autocast(device.type, dtype=dtype)
+        with autocast, kernel_preference(t.attention_kernel, device):
+            yield
 
     # --- validation and checkpoints ------------------------------------------------------
     def _validate(self) -> bool:
@@ -364,7 +371,7 @@ class Trainer:
         if self.data.valid is None:
             return False
         stats = validation_loss(self.model, self.data.valid, self.config.data.max_tokens,
-                                t.eps_ls, env, self._autocast())  # fmt: skip
+                                t.eps_ls, env, self._forward_context())  # fmt: skip
         if t.valid_bleu_lines and env.is_main:
             stats["bleu"] = dev_bleu(
                 self.model, self.data.valid, self.data.tgt_vocab, t.valid_bleu_lines,

@@ -34,9 +34,10 @@ def validation_loss(
     max_tokens: int,
     eps: float,
     env: DistEnv,
-    autocast: AbstractContextManager,
+    context: AbstractContextManager,
 ) -> dict[str, float]:
-    """{"nll", "loss", "ppl", "tokens"} over the whole split, each rank taking its share."""
+    """{"nll", "loss", "ppl", "tokens"} over the whole split, each rank taking its share;
+    the forward runs in `context` (the trainer's autocast and attention kernel), entered once."""
     was_training = model.training
     model.eval()
     sampler = TokenBatchSampler(
@@ -45,14 +46,14 @@ def validation_loss(
     )  # fmt: skip
     sums = torch.zeros(2, dtype=torch.float64, device=env.device)  # smoothed, nll
     tokens = 0
-    for indices in sampler.epoch_batches(0):
-        batch = collate([dataset[int(i)] for i in indices])
-        positions, target = real_positions(batch.tgt_out, model.config.pad_id, env.device)
-        batch = batch.to(env.device)
-        with autocast:
+    with context:
+        for indices in sampler.epoch_batches(0):
+            batch = collate([dataset[int(i)] for i in indices])
+            positions, target = real_positions(batch.tgt_out, model.config.pad_id, env.device)
+            batch = batch.to(env.device)
             smoothed, nll = real_token_loss(model, batch.src, batch.tgt_in, positions, target, eps)
-        sums += torch.stack([smoothed, nll]).double()
-        tokens += batch.n_tgt_tokens
+            sums += torch.stack([smoothed, nll]).double()
+            tokens += batch.n_tgt_tokens
     model.train(was_training)
     smoothed, nll, tokens = all_reduce_sum([*sums.tolist(), float(tokens)], env)
     tokens = max(tokens, 1.0)
