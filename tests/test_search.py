@@ -311,3 +311,9 @@ def test_by_default_no_translation_is_empty(search):
     hyps = search(FakeModel(TABLE, DEFAULT), SRC, DecodeConfig(alpha=0.6))[0]
     tokens = hyps[0].tokens if search is beam_search else hyps.tokens
     assert tokens == [A, A]
+
+
+@pytest.mark.parametrize("search", [beam_search, greedy_search])
+def test_a_batch_of_no_sentences_gives_no_results(search):
+    model = Transformer(tiny_model_config()).eval()
+    assert search(model, torch.zeros(0, 5, dtype=torch.long)) == []

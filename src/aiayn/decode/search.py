@@ -82,6 +82,8 @@ def run_search(
     saves the page faults of fresh memory in every batch after the first on a CPU
     (`StoreBuffers`); held for this search, or not used if another search holds them.
     """
+    if src.size(0) == 0:  # no sentences: nothing to search (the steps below need one)
+        return []
     if buffers is None:
         return _search(model, src, strategy, bos_id, None)
     with buffers.claim() as kept:

@@ -140,7 +140,7 @@ class BeamStrategy:
         self.eos_id, self.pad_id = eos_id, pad_id
         self.max_len = max_len  # (batch,) largest |Y| per sentence
         self.length = 0  # |Y| of the live hypotheses
-        width = int(max_len.max())
+        width = int(max_len.max()) if batch else 0  # an empty batch: `run_search` returns []
         self.scores = torch.zeros(batch, 1, device=device)  # (batch, k) log P of live hyps
         self.tokens = torch.zeros(batch, 1, 0, dtype=torch.long, device=device)  # (batch, k, t)
         self.fin_scores = torch.full((batch, nbest), NEG_INF, device=device)  # penalised
