@@ -82,7 +82,7 @@ def attention_calls(batch, d_model: int, heads: int, device: str) -> dict:
         x.requires_grad_(True)
         return [y.unflatten(-1, (heads, d_k)).transpose(1, 2) for y in x.split(d_model, -1)]
 
-    mask = ~batch.src.eq(0)[:, None, None, :]  # (batch, 1, 1, src_len), True = attend
+    mask = ~batch.src.eq(train_speed.PAD_ID)[:, None, None, :]  # (batch, 1, 1, src_len)
     q_e, k_e, v_e = heads_of(n, s, 3)
     q_d, k_d, v_d = heads_of(n, t, 3)
     (q_x,), (k_x, v_x) = heads_of(n, t, 1), heads_of(n, s, 2)

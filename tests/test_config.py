@@ -59,6 +59,7 @@ def test_derived_head_dims_follow_d_model_overrides():
         ("data.seed=-1", "data.seed must be >= 0, got -1"),  # numpy's traceback, at batching
         ("train.seed=-1", "train.seed must be >= 0, got -1"),
         ("data.max_tokens=0", "data.max_tokens must be positive"),
+        ("train.attention_kernel=fastest", "train.attention_kernel must be one of ['auto', "),
     ],
 )
 def test_bad_overrides_name_the_problem(override, message):

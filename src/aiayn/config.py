@@ -126,9 +126,10 @@ class TrainConfig:
     # a CPU 0.92x (small model, fp32: its hand-fused fast paths do better). Validation and
     # decoding stay eager. See benchmarks/README.md.
     compile: bool = False
-    # scaled_dot_product_attention's kernel tried first on a GPU (the others as fallbacks);
-    # auto: PyTorch's choice. "efficient" trained the base model 1.10x faster than PyTorch's
-    # choice (cuDNN's) on an H200 (`aiayn.model.attention.kernel_preference`).
+    # The attention kernel the training forward and dev loss try first on a CUDA GPU (the
+    # others as fallbacks; decoding keeps PyTorch's choice); auto: PyTorch's choice. On an
+    # H200, bf16: "efficient" 1.10x compiled, 1.07x eager over auto (cuDNN's); other GPUs
+    # not measured (`aiayn.model.attention.kernel_preference`, benchmarks/README.md).
     attention_kernel: Literal["auto", "efficient", "flash", "cudnn", "math"] = "efficient"
     clip_norm: float = 0.0  # max gradient L2 norm; 0 = no clipping, as in the paper
     device: str = "auto"  # auto: cuda (cuda:LOCAL_RANK under torchrun) if available, else cpu

@@ -8,6 +8,7 @@ conversion happens in exactly one place, `attend_mask`.
 
 from __future__ import annotations
 
+import inspect
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
@@ -38,32 +39,41 @@ def attend_mask(
     return mask
 
 
-# `TrainConfig.attention_kernel`'s names for PyTorch's fused kernels, in the order tried
-# after the preferred one; the plain composition ("math") always comes last.
+# `TrainConfig.attention_kernel`'s names for PyTorch's attention kernels ("math": the plain
+# composition of products and softmax), in the order tried after the preferred one.
 KERNELS = {
     "efficient": SDPBackend.EFFICIENT_ATTENTION,
     "flash": SDPBackend.FLASH_ATTENTION,
     "cudnn": SDPBackend.CUDNN_ATTENTION,
     "math": SDPBackend.MATH,
 }
+# `sdpa_kernel`'s priority order came with torch 2.6; before it, the preference is a no-op.
+_HAS_PRIORITY = "set_priority" in inspect.signature(sdpa_kernel).parameters
 
 
 def kernel_preference(name: str, device: torch.device) -> AbstractContextManager:
-    """A context in which `scaled_dot_product_attention` on a GPU tries kernel `name` first,
-    then the others (`KERNELS`' order), so inputs it cannot take still run; "auto", or a CPU,
-    leaves PyTorch's own choice.
+    """A context in which `scaled_dot_product_attention` on a CUDA GPU tries kernel `name`
+    first, then the others (`KERNELS`' order), so inputs it cannot take still run (Flash
+    and cuDNN take only bf16/fp16: in float32 they fall back); "auto", a CPU or a torch
+    before 2.6 leave PyTorch's own choice. Only CUDA's kernels are allowed in it (not
+    `SDPBackend.OVERRIDEABLE`, which is for other devices).
 
     Why prefer one: PyTorch picks by what a kernel supports, not by what is fast for the
-    shapes at hand, and translation batches are ~1,000 sentences of 10-45 tokens, which
-    fill a fraction of each kernel's 64- or 128-row tiles. On an H200 (torch 2.11) PyTorch
-    chose cuDNN's kernel, and the memory-efficient one made the base model's bf16 training
-    step 1.10x faster compiled and 1.07x eager (benchmarks/attention_backends.py,
-    benchmarks/README.md). It is chosen when the computation is traced, so under
-    `torch.compile` the context must be active at the first call, as the trainer's is.
+    shapes at hand, and translation batches are ~1,000 sentences of 10-45 tokens (1,388 of
+    16-18 in the benchmark's typical one), which fill a fraction of each kernel's 64- or
+    128-row tiles. On an H200 (torch 2.11) the memory-efficient kernel made the base
+    model's bf16 training step 1.10x faster compiled and 1.07x eager than PyTorch's own
+    choice, which by its timings was cuDNN's (benchmarks/attention_backends.py,
+    benchmarks/README.md); other GPUs were not measured: `auto` compares.
+
+    The kernel is chosen when the computation is traced, so under `torch.compile` the
+    context must be active at the first call, as the trainer's is, and compiled code keeps
+    the kernel of its first trace: another preference in the same process needs
+    `torch._dynamo.reset()` first.
     """
-    if name == "auto" or device.type != "cuda":
+    first = None if name == "auto" else KERNELS[name]  # an unknown name fails on any device
+    if first is None or device.type != "cuda" or not _HAS_PRIORITY:
         return nullcontext()
-    first = KERNELS[name]
     order = [first, *(kernel for kernel in KERNELS.values() if kernel != first)]
     return sdpa_kernel(order, set_priority=True)
 
