@@ -52,21 +52,16 @@ def backend_context(name: str):
     return nullcontext() if allowed is None else sdpa_kernel(allowed)
 
 
-def sync(device: str) -> None:
-    if device != "cpu":
-        torch.cuda.synchronize()
-
-
 def median_ms(fn, device: str, reps: int = 20) -> float:
     """Median milliseconds of `fn()` over `reps` calls, after 3 untimed ones."""
     for _ in range(3):
         fn()
     times = []
     for _ in range(reps):
-        sync(device)
+        train_speed.sync(device)
         start = time.perf_counter()
         fn()
-        sync(device)
+        train_speed.sync(device)
         times.append(1e3 * (time.perf_counter() - start))
     return statistics.median(times)
 
@@ -125,10 +120,10 @@ def step_rates(model, optimizer, forward, batches, steps: int, dtype) -> list[fl
     rates = []
     for i in range(steps):
         b = batches[i % len(batches)]
-        sync(b.src.device.type)
+        train_speed.sync(b.src.device.type)
         start = time.perf_counter()
         train_speed.train_step(model, optimizer, forward, b, dtype)
-        sync(b.src.device.type)
+        train_speed.sync(b.src.device.type)
         rates.append(b.n_tgt_tokens / (time.perf_counter() - start))
     return rates
 
