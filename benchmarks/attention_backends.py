@@ -15,7 +15,7 @@ autocast):
    the math backend under `torch.compile` (the composition inductor then fuses);
 2. `eager_step`: aiayn's whole training step (`train_speed.train_step`) with each backend
    forced by `torch.nn.attention.sdpa_kernel`, tokens/s and MFU;
-3. `compiled_step`: the same under `train.compile` (`real_token_loss(..., compiled=True)`)
+3. `compiled_step`: the same under `train.compile` (`ChunkedRealTokenLoss(compiled=True)`)
    for each of `--compile-variants`, each compiled afresh in its context, with its compile
    time, while `--budget-s` seconds of the run remain for it; then a profile of the last one.
 
@@ -199,7 +199,11 @@ def main() -> None:
                 eager[name] = f"failed: {str(error).splitlines()[0][:160]}"
         publish("eager_step", eager)
 
-    compiled_forward = lambda m, b: train_speed.aiayn_loss(m, b, True, "auto")  # noqa: E731
+    # the same model through the loss that `train.compile` runs
+    compiled_objective = train_speed.fast.apply(
+        train_speed.RealTokenLoss(model.model, train_speed.EPS_LS), compiled=True
+    )
+    compiled_forward = lambda m, b: train_speed.aiayn_loss(compiled_objective, b, "auto")  # noqa: E731
     # "best": the fastest eager variant other than PyTorch's own choice
     faster = {n: r["tokens_per_s"] for n, r in eager.items() if isinstance(r, dict)}
     faster.pop("default", None)

@@ -5,10 +5,10 @@
 Two ways to get the label-smoothed loss of one batch and its gradients (forward and
 backward, no optimizer step), each run in a fresh subprocess so that its peak resident
 memory is its own:
-  full:    logits = model.project(hidden) for all real target tokens, then
-           `label_smoothed_loss(logits, ...)` (what `train/` did before the chunking);
-  chunked: `real_token_loss`, which projects and takes the loss a chunk of tokens at a
-           time (`projected_label_smoothed_loss`), as the trainer does.
+  full:    the core's `RealTokenLoss` (`--reference`): logits = model.project(hidden)
+           for all real target tokens, then `label_smoothed_loss(logits, ...)`;
+  chunked: the fast path's `ChunkedRealTokenLoss`, which projects and takes the loss a
+           chunk of tokens at a time (`projected_label_smoothed_loss`), as the trainer does.
 
 The default vocabulary, 37,000, is the paper's WMT14 En-De one (sec. 5.1). Prints one
 JSON object: for each variant the growth of peak RSS during the step (MiB) and the step's
@@ -29,8 +29,9 @@ import torch
 from aiayn.config import ModelConfig
 from aiayn.data.vocab import PAD_ID
 from aiayn.model.transformer import Transformer
-from aiayn.train.loss import label_smoothed_loss
-from aiayn.train.validate import real_positions, real_token_hidden, real_token_loss
+from aiayn.fast.loss import ChunkedRealTokenLoss
+from aiayn.train.loss import RealTokenLoss
+from aiayn.train.validate import real_positions
 from train_speed import SIZES, make_batches
 
 EPS_LS = 0.1
@@ -50,11 +51,8 @@ def one_step(variant: str, args) -> dict:
     positions, target = real_positions(batch.tgt_out, PAD_ID, torch.device("cpu"))
     before = peak_mib()
     start = time.perf_counter()
-    if variant == "full":
-        hidden = real_token_hidden(model, batch.src, batch.tgt_in, positions)
-        loss = label_smoothed_loss(model.project(hidden), target, EPS_LS)[0]
-    else:
-        loss = real_token_loss(model, batch.src, batch.tgt_in, positions, target, EPS_LS)[0]
+    objective = (RealTokenLoss if variant == "full" else ChunkedRealTokenLoss)(model, EPS_LS)
+    loss = objective(batch.src, batch.tgt_in, positions, target)[0]
     loss.backward()
     return {
         "peak_growth_mib": round(peak_mib() - before),

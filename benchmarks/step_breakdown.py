@@ -40,7 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import train_speed
 
 # aten op names (overload dropped), and oneDNN's x W^T (+ b) that aiayn's linear maps run
-# on x86 CPUs not made by Intel (`aiayn.model.linear`)
+# on x86 CPUs not made by Intel (`aiayn.fast.linear`)
 PRODUCTS = {"mm", "addmm", "bmm", "baddbmm", "_linear_pointwise"}
 
 

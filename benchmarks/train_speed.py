@@ -51,11 +51,13 @@ from torch.utils.flop_counter import FlopCounterMode, register_flop_formula
 from aiayn.config import ModelConfig, TrainConfig
 from aiayn.data.batching import chunk_by_tokens, collate
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from aiayn.model.attention import kernel_preference
+from aiayn import fast
+from aiayn.fast.attention import kernel_preference
+from aiayn.fast.linear import linear
 from aiayn.model.layers import sinusoid_table
-from aiayn.model.linear import linear
 from aiayn.model.transformer import Transformer
-from aiayn.train.validate import real_positions, real_token_loss
+from aiayn.train.loss import RealTokenLoss
+from aiayn.train.validate import real_positions
 
 VOCAB, EPS_LS, P_DROP = 8000, 0.1, 0.1  # VOCAB: the default; --vocab changes it
 SIZES = {  # d_model, heads, d_ff, layers (each stack)
@@ -125,12 +127,23 @@ def peer_loss(logits, batch) -> torch.Tensor:
     )  # fmt: skip
 
 
-def aiayn_loss(
-    model: Transformer, b, compiled: bool = False, kernel: str = TrainConfig.attention_kernel
-) -> torch.Tensor:
-    """The trainer's loss, with its default attention kernel on a GPU (`kernel_preference`)."""
+def aiayn_objective(config: ModelConfig, reference: bool = False, compiled: bool = False):
+    """What the trainer trains: the model inside its loss module, with the fast path
+    applied (`aiayn.fast`), or the core alone (`reference`, as `--reference` runs it)."""
+    loss = RealTokenLoss(Transformer(config), EPS_LS)
+    return loss if reference else fast.apply(loss, compiled=compiled)
+
+
+def aiayn_loss(objective, b, kernel: str = TrainConfig.attention_kernel) -> torch.Tensor:
+    """The trainer's loss of a batch, with its default attention kernel on a GPU
+    (`kernel_preference`, part of the fast path)."""
     with kernel_preference(kernel, b.src.device):
-        return real_token_loss(model, b.src, b.tgt_in, b.positions, b.target, EPS_LS, compiled)[0]
+        return objective(b.src, b.tgt_in, b.positions, b.target)[0]
+
+
+def eager_aiayn_loss(objective, b) -> torch.Tensor:
+    """`aiayn_loss` of the same model through the eager fast path (for counting FLOPs)."""
+    return aiayn_loss(fast.apply(RealTokenLoss(objective.model, EPS_LS)), b)
 
 
 def steppers(
@@ -141,16 +154,19 @@ def steppers(
     d_model, heads, d_ff, layers = SIZES[size]
     config = ModelConfig(vocab_size=vocab, d_model=d_model, n_heads=heads, d_ff=d_ff,
                          n_layers=layers, p_drop=P_DROP)  # fmt: skip
+    compiled = bool(compile_mode)  # aiayn's own option, what `train.compile` runs
     builders = {
-        "aiayn": lambda: Transformer(config),
-        "aiayn_attention_bias": lambda: Transformer(
-            dataclasses.replace(config, attention_bias=True)
+        "aiayn": lambda: aiayn_objective(config, compiled=compiled),
+        "aiayn_reference": lambda: aiayn_objective(config, reference=True),
+        "aiayn_attention_bias": lambda: aiayn_objective(
+            dataclasses.replace(config, attention_bias=True), compiled=compiled
         ),
         "torch_nn_transformer": lambda: TorchPeer(d_model, heads, d_ff, layers, vocab),
         "hf_marian": lambda: marian_peer(d_model, heads, d_ff, layers, vocab),
     }
     forwards = {
         "aiayn": aiayn_loss,
+        "aiayn_reference": lambda m, b: m(b.src, b.tgt_in, b.positions, b.target)[0],
         "aiayn_attention_bias": aiayn_loss,
         "torch_nn_transformer": lambda m, b: peer_loss(m(b.src, b.tgt_in), b),
         "hf_marian": lambda m, b: peer_loss(m(
@@ -167,10 +183,7 @@ def steppers(
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
                                      fused=True)  # fmt: skip
         forward = forwards[name]
-        if compile_mode and name.startswith("aiayn"):
-            # aiayn's own option, what `train.compile` runs (the mode is torch's default).
-            forward = lambda m, b: aiayn_loss(m, b, compiled=True)  # noqa: E731
-        elif compile_mode:
+        if compile_mode and not name.startswith("aiayn"):
             forward = torch.compile(forward, mode=compile_mode)
         out[name] = (model, optimizer, forward)
     return out
@@ -191,7 +204,7 @@ def sync(device: str) -> None:
 
 def matmul_peak(device: str, dtype: torch.dtype) -> float:
     """Measured FLOP/s of a large square matrix product (2048 on CPU, 8192 on GPU): the
-    faster of PyTorch's own product (MKL on an x86 CPU) and aiayn's (`aiayn.model.linear`:
+    faster of PyTorch's own product (MKL on an x86 CPU) and aiayn's (`aiayn.fast.linear`:
     oneDNN's on x86 CPUs not made by Intel, where it is the faster), so that aiayn's share
     of the peak is against the best product this machine offers."""
     n = 8192 if device.startswith("cuda") else 2048
@@ -214,13 +227,13 @@ if hasattr(torch.ops.mkldnn, "_linear_pointwise"):
 
     @register_flop_formula(torch.ops.mkldnn._linear_pointwise)
     def _onednn_linear_flops(x_shape, w_shape, *args, out_shape=None, **kwargs) -> int:
-        """aiayn's oneDNN products (`aiayn.model.linear`), X (..., K) W^T with W (N, K): 2 M K
+        """aiayn's oneDNN products (`aiayn.fast.linear`), X (..., K) W^T with W (N, K): 2 M K
         N, as for `mm`. FlopCounterMode knows aten's products only. (The op's `binary`
         overload, which aiayn does not use, would be miscounted.)"""
         return 2 * math.prod(x_shape[:-1]) * x_shape[-1] * w_shape[0]
 
 
-SYSTEMS = ("aiayn", "aiayn_attention_bias", "torch_nn_transformer", "hf_marian")
+SYSTEMS = ("aiayn", "aiayn_reference", "aiayn_attention_bias", "torch_nn_transformer", "hf_marian")
 
 
 def prepared_batches(args) -> list:
@@ -247,7 +260,7 @@ def measure(systems: dict, batches: list, args, dtype: torch.dtype) -> tuple[dic
         for name, (model, optimizer, forward) in systems.items():
             if name == "aiayn" and i == warmup - 1:
                 with FlopCounterMode(display=False) as counter:
-                    train_step(model, optimizer, aiayn_loss, b, dtype)
+                    train_step(model, optimizer, eager_aiayn_loss, b, dtype)
                 flops, flop_tokens = counter.get_total_flops(), b.n_tgt_tokens
             else:
                 train_step(model, optimizer, forward, b, dtype)
@@ -310,7 +323,7 @@ def ratios(median: dict[str, float]) -> dict[str, float]:
     """The ratios of the systems that ran: aiayn over each peer, and aiayn with attention
     biases over MarianMT (which has them)."""
     pairs = [("aiayn", "hf_marian"), ("aiayn", "torch_nn_transformer"),
-             ("aiayn_attention_bias", "hf_marian")]  # fmt: skip
+             ("aiayn_attention_bias", "hf_marian"), ("aiayn_reference", "aiayn")]  # fmt: skip
     short = {"torch_nn_transformer": "torch"}
     return {
         f"ratio_{a}_over_{short.get(b, b)}": round(median[a] / median[b], 3)

@@ -10,12 +10,12 @@ initialisation (seed 0): base size (sec. 3, Table 3 "base": d_model 512, 6 + 6 l
 sqrt(d_model) tied to the output projection, LayerNorm eps 1e-6). Its weights are exported
 (`peer_models.py`) to CTranslate2 (float32, and int8 weights) and to a `MarianMTModel`, so
 every system computes the same function. aiayn runs in float32 and with int8 weights
-(`aiayn.quantize`). Before timing, the teacher-forced log-probabilities of every peer are
+(`aiayn.fast.int8`). Before timing, the teacher-forced log-probabilities of every peer are
 compared with aiayn's on the first sentences: float32 peers must agree within 1e-3 or the
 script stops; int8 differences are reported. aiayn's systems are also scored one token a
 step through their decoding cache, the path the search times ("aiayn_..._cached"): the
 float32 one must agree within 1e-3 as well; the int8 one's figure includes the bfloat16
-encoder-decoder stores, where the CPU has them (`aiayn.quantize.bf16_products`). With
+encoder-decoder stores, where the CPU has them (`aiayn.fast.int8.cross_store_dtype`). With
 `--dtype bfloat16` the float systems run in bfloat16 (CTranslate2 only where the CPU
 supports it) and nothing is enforced; int8 runs on the CPU only.
 
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+from contextlib import nullcontext
 import json
 import platform
 import statistics
@@ -50,9 +51,10 @@ from aiayn.config import ModelConfig
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from aiayn.decode.search import run_search
 from aiayn.decode.strategy import BeamStrategy
-from aiayn.model.cache import StoreBuffers
+from aiayn import fast
+from aiayn.fast.int8 import cross_store_dtype, quantize_int8
+from aiayn.fast.search import FastSearch
 from aiayn.model.transformer import Transformer
-from aiayn.quantize import quantize_int8
 from aiayn.translate import token_batches
 from peer_models import marian_from, save_ct2, token_strings
 
@@ -85,17 +87,27 @@ def padded(sents: list[list[int]], device: str) -> torch.Tensor:
     return src.to(device)
 
 
+def aiayn_search(name: str, device: str) -> FastSearch | None:
+    """The search pieces of aiayn system `name`, as a `Translator` has them: the fast
+    path's (the int8 model's with its narrowed encoder-decoder stores), or the core's."""
+    if name == "aiayn_reference":
+        return None
+    return FastSearch(device, cross_store_dtype() if name == "aiayn_int8" else None)
+
+
 @torch.no_grad()
 def run_aiayn(
     model: Transformer, batches: list[list[list[int]]], out_len: int, device,
-    buffers: StoreBuffers | None = None,
+    search: FastSearch | None = None,
 ) -> int:  # fmt: skip
     steps = 0
     for sents in batches:
         src = padded(sents, device)  # (batch, src_len)
         max_len = torch.full((src.size(0),), out_len, device=src.device)
-        strategy = BeamStrategy(max_len, BEAM, 1, ALPHA, out_len - 1, EOS_ID, PAD_ID)
-        hyps = run_search(model, src, strategy, BOS_ID, buffers)
+        with search.options(model) if search else nullcontext({}) as options:
+            topk = options.get("topk", torch.topk)
+            strategy = BeamStrategy(max_len, BEAM, 1, ALPHA, out_len - 1, EOS_ID, PAD_ID, topk)
+            hyps = run_search(model, src, strategy, BOS_ID, options.get("new_cache"))
         steps += sum(len(h[0].tokens) + 1 for h in hyps)
     return steps
 
@@ -147,18 +159,21 @@ def aiayn_logp(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torc
 
 
 @torch.no_grad()
-def aiayn_cached_logp(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
-    """As `aiayn_logp`, but fed one token a step through the decoding cache, as the timed
-    search runs the model (so the int8 model's bfloat16 encoder-decoder stores enter it)."""
+def aiayn_cached_logp(
+    model: Transformer, src: torch.Tensor, tgt: torch.Tensor, search: FastSearch | None
+) -> torch.Tensor:
+    """As `aiayn_logp`, but fed one token a step through the decoding cache the timed
+    search uses (so the int8 model's bfloat16 encoder-decoder stores enter it)."""
     feed, gold = forced(tgt)  # (batch, T + 1) each
     src_pad = model.pad_mask(src)
     memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
-    cache = model.new_cache(src_pad)
     steps = []
-    for t in range(feed.size(1)):
-        hidden = model.decode(feed[:, t : t + 1], memory, src_pad, cache)  # (batch, 1, d_model)
-        memory = None  # the cache now holds the encoder-decoder keys and values
-        steps.append(model.project(hidden))  # (batch, 1, V)
+    with search.options(model) if search else nullcontext({}) as options:
+        cache = options.get("new_cache", model.new_cache)(src_pad)
+        for t in range(feed.size(1)):
+            hidden = model.decode(feed[:, t : t + 1], memory, src_pad, cache)  # (batch, 1, d_model)
+            memory = None  # the cache now holds the encoder-decoder keys and values
+            steps.append(model.project(hidden))  # (batch, 1, V)
     return gold_logp(torch.cat(steps, dim=1), gold)
 
 
@@ -198,7 +213,7 @@ def agreement(systems: dict, sents: list[list[int]], out_len: int, device: str) 
             )
         diffs[name] = (logp.cpu() - ref).abs().max().item()
     for name in (n for n in systems if n.startswith("aiayn") and systems[n] is not None):
-        logp = aiayn_cached_logp(systems[name], src, tgt.to(device))
+        logp = aiayn_cached_logp(systems[name], src, tgt.to(device), aiayn_search(name, device))
         diffs[f"{name}_cached"] = (logp.cpu() - ref).abs().max().item()
     off = {k: v for k, v in diffs.items() if "int8" not in k and not v <= FLOAT_TOLERANCE}
     if reference == "aiayn_float32" and off:
@@ -229,8 +244,9 @@ def build_systems(config: ModelConfig, device: str, dtype: str, tmp: str) -> dic
         )
 
     return {
-        f"aiayn_{dtype}": copy.deepcopy(ours).to(device=device, dtype=getattr(torch, dtype)),
-        "aiayn_int8": quantize_int8(copy.deepcopy(ours)) if cpu else None,
+        f"aiayn_{dtype}": fast.apply(copy.deepcopy(ours).to(device=device, dtype=getattr(torch, dtype))),
+        "aiayn_reference": copy.deepcopy(ours).to(device=device, dtype=getattr(torch, dtype)),
+        "aiayn_int8": quantize_int8(fast.apply(copy.deepcopy(ours))) if cpu else None,
         f"ctranslate2_{dtype}": ct2(None, dtype),
         "ctranslate2_int8": ct2("int8", "int8") if cpu else None,
         "transformers_marian": marian_from(ours).to(device=device, dtype=getattr(torch, dtype)),
@@ -238,15 +254,15 @@ def build_systems(config: ModelConfig, device: str, dtype: str, tmp: str) -> dic
 
 
 def runner(name: str, device: str):
-    """The function that decodes `batches` with system `name`. aiayn's keeps its cache's
-    memory from one batch and pass to the next on the CPU, as a `Translator` does."""
+    """The function that decodes `batches` with system `name`. aiayn's fast path keeps its
+    cache's memory from one batch and pass to the next on the CPU, as a `Translator` does."""
     if name.startswith("ctranslate2"):
         return lambda model, batches, out_len, device: run_ct2(model, batches, out_len)
     if name.startswith("transformers"):
         return run_hf
-    buffers = StoreBuffers.for_device(device)
+    search = aiayn_search(name, device)
     return lambda model, batches, out_len, device: run_aiayn(
-        model, batches, out_len, device, buffers
+        model, batches, out_len, device, search
     )
 
 
@@ -309,7 +325,8 @@ def main() -> None:
     ours = f"aiayn_{args.dtype}"
     pairs = {f"ctranslate2_{args.dtype}": (ours, f"ctranslate2_{args.dtype}"),
              "ctranslate2_int8": ("aiayn_int8", "ctranslate2_int8"),
-             "transformers": (ours, "transformers_marian")}  # fmt: skip
+             "transformers": (ours, "transformers_marian"),
+             "its_reference_path": (ours, "aiayn_reference")}  # fmt: skip
     ratios = {f"speed_ratio_aiayn_over_{k}": ratio(seconds, *v) for k, v in pairs.items()}
     report(args, config, len(batches), {**results, **ratios}, agree)
 

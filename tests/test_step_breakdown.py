@@ -37,9 +37,9 @@ def test_kept_products_are_meta_tensors_and_free_the_step_memory():
 
 @pytest.mark.skipif(not hasattr(torch.ops.mkldnn, "_linear_pointwise"), reason="no oneDNN")
 def test_onednn_linear_counts_as_a_product_with_its_dims(monkeypatch):
-    """aiayn's linear maps run on oneDNN on x86 CPUs not made by Intel (aiayn.model.linear):
+    """aiayn's linear maps run on oneDNN on x86 CPUs not made by Intel (aiayn.fast.linear):
     the breakdown counts, sizes and replays them as products."""
-    import aiayn.model.linear as linear_module
+    import aiayn.fast.linear as linear_module
 
     monkeypatch.setattr(linear_module, "onednn_faster_here", lambda: True)
     x, w = torch.randn(4, 6, 32), torch.randn(16, 32)  # (batch, len, K), (N, K)

@@ -37,7 +37,7 @@ def test_a_small_model_learns_multi30k_in_a_minute_and_a_half(tmp_path: Path) ->
         "train.save_every_minutes=0", "train.log_every_steps=20",
     ])  # fmt: skip
     fresh = Trainer(config, distributed.setup("cpu"), resume=None)
-    start = validation_loss(fresh.model, fresh.data.valid, 1500, 0.1, fresh.env, nullcontext())
+    start = validation_loss(fresh.loss, fresh.data.valid, 1500, fresh.env, nullcontext())
     assert start["ppl"] > 1000  # about the 4000-piece vocabulary: a random model
     result = train(config)
     assert result.stopped == "max_time" and result.steps >= 40

@@ -39,7 +39,7 @@ def test_systems_without_aiayn_or_unknown_are_refused(systems, monkeypatch, caps
 def test_flops_of_onednn_products_are_counted_as_for_mm(monkeypatch):
     """aiayn's FLOPs per token (and so its share of the peak) must not drop where its linear
     maps run on oneDNN, an op FlopCounterMode does not know by itself."""
-    import aiayn.model.linear as linear_module
+    import aiayn.fast.linear as linear_module
 
     x, w = torch.randn(3, 5, 32), torch.randn(16, 32)
     counts = []

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import aiayn.train.loss as loss_module
+import aiayn.fast.loss as loss_module
 import aiayn.train.trainer as trainer_module
-import aiayn.train.validate as validate_module
 from aiayn.checkpoint import load_checkpoint, read_weights
 from aiayn.cli import main
 from aiayn.config import save_yaml
@@ -22,7 +21,11 @@ from aiayn.train import distributed
 from aiayn.train.loss import label_smoothed_loss
 from aiayn.train.trainer import Trainer, train
 from aiayn.model.transformer import Transformer
-from aiayn.train.validate import real_positions, real_token_loss
+from aiayn.fast.loss import ChunkedRealTokenLoss
+from aiayn.train.loss import RealTokenLoss
+from aiayn.train.validate import real_positions
+
+CHUNKED_FORWARD = ChunkedRealTokenLoss.forward  # the trainer's loss, as tests patch it
 from conftest import tiny_model_config
 from tiny_run import one_thread, prepared_data, tiny_config  # noqa: F401 (autouse fixture)
 
@@ -112,10 +115,13 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_a_gpu(data, tmp_path):
 
 
 def _nan_after(calls: list[int], first_bad: int, last_bad: float = math.inf):
-    """real_token_loss, but NaN for calls first_bad..last_bad (0-based)."""
+    """The trainer's loss forward, but NaN for its training calls first_bad..last_bad
+    (0-based); the dev loss's calls (eval mode) are not counted."""
 
-    def loss(*args, **kwargs):
-        smoothed, nll = real_token_loss(*args, **kwargs)
+    def loss(self, *args, **kwargs):
+        smoothed, nll = CHUNKED_FORWARD(self, *args, **kwargs)
+        if not self.model.training:
+            return smoothed, nll
         calls.append(1)
         if first_bad <= len(calls) - 1 <= last_bad:
             return smoothed * math.nan, nll * math.nan
@@ -127,7 +133,7 @@ def _nan_after(calls: list[int], first_bad: int, last_bad: float = math.inf):
 def test_a_non_finite_loss_skips_its_update(data, tmp_path, monkeypatch):
     calls: list[int] = []
     # accum_steps 2: calls 6 and 7 are update 4's micro-batches; poison one of them
-    monkeypatch.setattr(trainer_module, "real_token_loss", _nan_after(calls, 6, 6))
+    monkeypatch.setattr(ChunkedRealTokenLoss, "forward", _nan_after(calls, 6, 6))
     result = train(tiny_config(data, tmp_path, "train.max_steps=10", "train.accum_steps=2"))
     assert result.steps == 10 and len(calls) == 2 * 11  # one update more: the skipped one
     skips = [r for r in log_lines(tmp_path) if r["event"] == "skip"]
@@ -140,7 +146,7 @@ def test_k_bad_updates_in_a_row_stop_the_run_and_the_last_good_checkpoint_surviv
     data, tmp_path, monkeypatch
 ):
     calls: list[int] = []
-    monkeypatch.setattr(trainer_module, "real_token_loss", _nan_after(calls, 8))
+    monkeypatch.setattr(ChunkedRealTokenLoss, "forward", _nan_after(calls, 8))
     config = tiny_config(data, tmp_path, "train.save_every_steps=1", "train.max_bad_steps=3",
                          "train.accum_steps=2", "train.max_steps=50")  # fmt: skip
     with pytest.raises(TrainingError, match=r"3 updates in a row had a non-finite loss .*"
@@ -152,10 +158,10 @@ def test_k_bad_updates_in_a_row_stop_the_run_and_the_last_good_checkpoint_surviv
     assert all(p.isfinite().all() for p in ckpt.model.parameters())
     calls.clear()  # bad from the first update: nothing saved to point to
     config = tiny_config(data, tmp_path / "early", "train.max_bad_steps=2", "train.accum_steps=2")
-    monkeypatch.setattr(trainer_module, "real_token_loss", _nan_after(calls, 0))
+    monkeypatch.setattr(ChunkedRealTokenLoss, "forward", _nan_after(calls, 0))
     with pytest.raises(TrainingError, match="no checkpoint had been saved yet"):
         train(config)
-    monkeypatch.setattr(trainer_module, "real_token_loss", real_token_loss)
+    monkeypatch.setattr(ChunkedRealTokenLoss, "forward", CHUNKED_FORWARD)
     resumed = train(tiny_config(data, tmp_path, "train.max_steps=6", "train.accum_steps=2"),
                     resume=tmp_path)  # fmt: skip
     assert resumed.steps == 6
@@ -248,15 +254,15 @@ def test_cli_train_then_resume_with_overrides(data, tmp_path, capsys):
 
 
 def test_train_compile_runs_the_loss_compiled(data, tmp_path, monkeypatch):
-    """`train.compile` reaches `real_token_loss`; here the loss then runs eagerly, since
-    what compiling computes is pinned by the test below and tests/test_loss.py."""
+    """`train.compile` reaches the fast loss; here the loss then runs eagerly, since what
+    compiling computes is pinned by the test below and tests/fast/test_chunked_loss.py."""
     flags = []
 
-    def loss(*args):
-        flags.append(args[6])
-        return real_token_loss(*args[:6])
+    def loss(self, *args):
+        flags.append(self.compiled)
+        return RealTokenLoss.forward(self, *args)
 
-    monkeypatch.setattr(trainer_module, "real_token_loss", loss)
+    monkeypatch.setattr(ChunkedRealTokenLoss, "forward", loss)
     train(tiny_config(data, tmp_path / "compiled", "train.compile=true", "train.max_steps=2"))
     train(tiny_config(data, tmp_path / "eager", "train.max_steps=2"))
     assert set(flags[: len(flags) // 2]) == {True} and set(flags[len(flags) // 2 :]) == {False}
@@ -276,13 +282,12 @@ def test_training_and_validation_losses_run_in_the_attention_kernel_preference(
         yield
         inside.pop()
 
-    def loss(*args):
+    def loss(self, *args):
         calls.append(bool(inside))
-        return real_token_loss(*args)
+        return CHUNKED_FORWARD(self, *args)
 
     monkeypatch.setattr(trainer_module, "kernel_preference", preference)
-    monkeypatch.setattr(trainer_module, "real_token_loss", loss)
-    monkeypatch.setattr(validate_module, "real_token_loss", loss)
+    monkeypatch.setattr(ChunkedRealTokenLoss, "forward", loss)
     config = tiny_config(data, tmp_path / "run", "train.attention_kernel=math",
                          "train.max_steps=2", "train.valid_every_steps=1")  # fmt: skip
     train(config)
@@ -303,8 +308,8 @@ def test_compiled_real_token_loss_gives_the_eager_loss_and_gradients():
         results = []
         for compiled in (False, True):
             model.zero_grad()
-            smoothed, nll = real_token_loss(model, src, tgt[:, :-1], positions, target, 0.1,
-                                            compiled)  # fmt: skip
+            loss = ChunkedRealTokenLoss(model, 0.1, compiled)
+            smoothed, nll = loss(src, tgt[:, :-1], positions, target)
             smoothed.backward()
             results.append((smoothed, nll, *(p.grad for p in model.parameters())))
         torch.testing.assert_close(results[1], results[0], rtol=1e-5, atol=1e-6)

@@ -193,11 +193,11 @@ def test_translations_come_back_in_input_order_whatever_the_batching(ckpt):
 def test_a_cpu_translator_keeps_its_cache_memory_and_translates_the_same(ckpt, beam):
     kept = Translator.from_checkpoint(ckpt, beam=beam, max_tokens=16)  # several batches
     fresh = Translator.from_checkpoint(ckpt, beam=beam, max_tokens=16)
-    fresh.buffers = None
+    fresh.search.buffers = None
     expected = fresh.translate_nbest(LINES)
-    assert kept.buffers.nbytes == 0
+    assert kept.search.buffers.nbytes == 0
     assert kept.translate_nbest(LINES) == expected
-    assert kept.buffers.nbytes > 0
+    assert kept.search.buffers.nbytes > 0
     assert kept.translate_nbest(LINES) == expected  # a second call, on the kept memory
 
 

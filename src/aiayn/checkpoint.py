@@ -232,7 +232,7 @@ def _non_finite(weights: dict[str, torch.Tensor]) -> list[str]:
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """The checkpoint's weights, checked against the SHA-256 its metadata records (flipped
     bytes inside a tensor leave a valid file of finite, wrong numbers; checkpoints written
-    before 2026-11-25 have no digest, and load unchecked)."""
+    by earlier versions have no digest, and load unchecked)."""
     expected = read_meta(path).get("weights_sha256")
     file = path / WEIGHTS
     if not file.is_file():
@@ -262,7 +262,7 @@ def load_weights_into(model: Transformer, weights: dict[str, torch.Tensor], wher
     shared = weights.get("positional.weight")
     if "tgt_positional.weight" in expected and "tgt_positional.weight" not in weights and (
         shared is not None
-    ):  # saved before the decoder had learned positions of its own (2026-11-25): the model
+    ):  # saved before the decoder had learned positions of its own: the model
         # was trained with the encoder's table in both stacks, so both get it
         weights = {**weights, "tgt_positional.weight": shared}
     missing = sorted(set(expected) - set(weights))

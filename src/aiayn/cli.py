@@ -17,6 +17,9 @@ import warnings
 from aiayn.errors import AiaynError, ConfigError, DataError
 
 
+REFERENCE_HELP = "the core alone, without the fast path (aiayn.fast): the code as the paper writes it"
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aiayn", description="The Transformer of 'Attention Is All You Need'."
@@ -39,13 +42,14 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
     p.add_argument("--fast", action="store_true", help="a tiny run of seconds (for tests)")
+    p.add_argument("--reference", action="store_true", help=REFERENCE_HELP)
     p.set_defaults(run=_run_demo)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
     from aiayn.demo import run_demo
 
-    run_demo(args.out, fast=args.fast)
+    run_demo(args.out, fast=args.fast, reference=args.reference)
     return 0
 
 
@@ -160,6 +164,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     p.add_argument("--resume", metavar="DIR",
                    help="continue from a checkpoint, or from a run's out_dir (its newest)")
+    p.add_argument("--reference", action="store_true", help=REFERENCE_HELP + " (train.fast=false)")
     p.set_defaults(run=_run_train)  # fmt: skip
 
 
@@ -172,6 +177,7 @@ def _run_train(args: argparse.Namespace) -> int:
     name, overrides = args.config, list(args.overrides)
     if name is not None and "=" in name and not Path(name).exists():
         name, overrides = None, [name, *overrides]  # `train --resume DIR key=value`
+    overrides += ["train.fast=false"] if args.reference else []
     if name is None:
         if args.resume is None:
             raise ConfigError("give a PRESET_OR_CONFIG, or --resume DIR")
@@ -226,6 +232,7 @@ def _add_decode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="(float32)")
     p.add_argument("--int8", action="store_true",
                    help="int8 weights for faster CPU decoding (CPU, float32 only)")  # fmt: skip
+    p.add_argument("--reference", action="store_true", help=REFERENCE_HELP)
 
 
 def _translator(args: argparse.Namespace, nbest: int | None = None):
@@ -234,7 +241,7 @@ def _translator(args: argparse.Namespace, nbest: int | None = None):
     return Translator.from_checkpoint(
         args.checkpoint, device=args.device, dtype=args.dtype, beam=args.beam, alpha=args.alpha,
         max_len_offset=args.max_len_offset, min_len=args.min_len, nbest=nbest,
-        max_tokens=args.max_tokens, int8=args.int8,
+        max_tokens=args.max_tokens, int8=args.int8, reference=args.reference,
     )  # fmt: skip
 
 

@@ -121,15 +121,15 @@ class TrainConfig:
     max_time_minutes: float = 0.0  # wall-clock limit of one `train` call; 0 = no limit
     accum_steps: int = 0  # micro-batches per update per process; 0 = as many as reach update_tokens
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # the paper: fp32; fp16 needs a GPU
-    # torch.compile the network and the loss's element-wise work (fused kernels): for GPUs,
-    # 1.34x the base model's bf16 training rate on an H100, after minutes of compiling; on
-    # a CPU 0.92x (small model, fp32: its hand-fused fast paths do better). Validation and
-    # decoding stay eager. See benchmarks/README.md.
+    # The fast path (`aiayn.fast`): speed-ups swapped in for core pieces, each tested equal
+    # to it. false (`--reference`): the core alone, the code as the paper writes it.
+    fast: bool = True
+    # Fast path: torch.compile the network and the loss's element-wise work (fused kernels),
+    # for GPUs; on a CPU the hand-fused pieces do better. See benchmarks/README.md.
     compile: bool = False
-    # The attention kernel the training forward and dev loss try first on a CUDA GPU (the
-    # others as fallbacks; decoding keeps PyTorch's choice); auto: PyTorch's choice. On an
-    # H200, bf16: "efficient" 1.10x compiled, 1.07x eager over auto (cuDNN's); other GPUs
-    # not measured (`aiayn.model.attention.kernel_preference`, benchmarks/README.md).
+    # Fast path: the attention kernel the training forward and dev loss try first on a CUDA
+    # GPU (the others as fallbacks); auto: PyTorch's choice
+    # (`aiayn.fast.attention.kernel_preference`, benchmarks/README.md).
     attention_kernel: Literal["auto", "efficient", "flash", "cudnn", "math"] = "efficient"
     clip_norm: float = 0.0  # max gradient L2 norm; 0 = no clipping, as in the paper
     device: str = "auto"  # auto: cuda (cuda:LOCAL_RANK under torchrun) if available, else cpu
@@ -158,6 +158,9 @@ class TrainConfig:
         _check_ranges(self, "train", positive, non_negative)
         if not all(0.0 <= beta < 1.0 for beta in self.betas):
             raise ConfigError(f"train.betas must be in [0, 1), got {list(self.betas)}")
+        if self.compile and not self.fast:
+            raise ConfigError("train.compile is part of the fast path: it needs train.fast=true "
+                              "(drop --reference or train.compile)")  # fmt: skip
 
 
 @dataclass

@@ -10,16 +10,17 @@ batches of at most `max_tokens` source tokens (padding included) so that similar
 decode together; results come back in the input order. Beam search settings default to the
 checkpoint's `decode` config (the paper's beam 4, alpha 0.6, input + 50).
 
-On a CPU a Translator keeps the memory of the search's cache from one batch (and one call)
-to the next (`model.cache.StoreBuffers`: no page faults on fresh memory, 7-11% of a base
-model's int8 beam search): two buffers per store, each as large as the largest that store
-has needed, stay allocated for the Translator's life, or until `translator.buffers.clear()`.
+By default a Translator runs the fast path (`aiayn.fast`): the model's fast pieces, and a
+search whose cache memory is kept from one batch (and call) to the next on a CPU
+(`fast.cache.StoreBuffers`), allocated for the Translator's life or until
+`translator.search.buffers.clear()`. `reference=True` runs the core alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import warnings
+from contextlib import nullcontext
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TextIO
@@ -33,9 +34,10 @@ from aiayn.decode.search import beam_search, greedy_search, output_limits
 from aiayn.decode.strategy import Hypothesis
 from aiayn.device import parse_device
 from aiayn.errors import ConfigError
-from aiayn.model.cache import StoreBuffers
+from aiayn import fast
+from aiayn.fast.int8 import check_int8, cross_store_dtype, quantize_int8
+from aiayn.fast.search import FastSearch
 from aiayn.model.transformer import Transformer
-from aiayn.quantize import check_int8, quantize_int8
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -75,14 +77,16 @@ class Translator:
         tgt_vocab: Vocab,
         decode: DecodeConfig | None = None,
         max_tokens: int = 4096,
+        search: FastSearch | None = None,
     ) -> None:
+        """`search`: the fast path's search pieces (`FastSearch`); None: the core's search."""
         if max_tokens < 1:
             raise ConfigError(f"max_tokens must be positive, got {max_tokens}")
         self.model, self.src_vocab, self.tgt_vocab = model.eval(), src_vocab, tgt_vocab
         self.decode = decode or DecodeConfig()
         self.max_tokens = max_tokens
         self.device = next(model.parameters()).device
-        self.buffers = StoreBuffers.for_device(self.device)
+        self.search = search
 
     @classmethod
     def from_checkpoint(
@@ -98,25 +102,33 @@ class Translator:
         nbest: int | None = None,
         max_tokens: int = 4096,
         int8: bool = False,
+        reference: bool = False,
     ) -> Translator:
         """Load a checkpoint directory (training or averaged: both are plain checkpoints).
 
         The decoding options override the checkpoint's `DecodeConfig`; None keeps its value.
-        `int8`: quantize the weights for faster CPU decoding (`aiayn.quantize`); CPU and
-        float32 only.
+        `int8`: quantize the weights for faster CPU decoding (`aiayn.fast.int8`); CPU and
+        float32 only. `reference`: the core alone, without the fast path (nor int8, part of it).
         """
         dtype = parse_dtype(dtype)
+        if int8 and reference:
+            raise ConfigError("int8 is part of the fast path: it cannot run with --reference")
         if int8:
             check_int8(device, dtype)  # before loading: a CUDA device may not even exist
         device = parse_device(device, "--device")
         ckpt = load_checkpoint(path, device=device, dtype=dtype)
-        model = quantize_int8(ckpt.model) if int8 else ckpt.model
+        model, search = ckpt.model, None
+        if not reference:
+            model = fast.apply(model)
+            if int8:
+                quantize_int8(model)
+            search = FastSearch(device, cross_store_dtype() if int8 else None)
         given = dict(beam=beam, alpha=alpha, max_len_offset=max_len_offset, min_len=min_len)
         given.update(nbest=nbest)
         config = dataclasses.replace(
             ckpt.config.decode, **{k: v for k, v in given.items() if v is not None}
         )
-        return cls(model, ckpt.src_vocab, ckpt.tgt_vocab, config, max_tokens)
+        return cls(model, ckpt.src_vocab, ckpt.tgt_vocab, config, max_tokens, search)
 
     def translate(self, texts: Sequence[str]) -> list[str]:
         """One translation per text, in order; empty or blank texts give ""."""
@@ -147,11 +159,13 @@ class Translator:
             if self.decode.min_len > 0:  # every limit is >= 1: min_len 0 never conflicts
                 limits = output_limits(self.model, src, self.decode.max_len_offset)  # (batch,)
                 capped += int(limits.le(self.decode.min_len).sum())
-            if self.decode.beam == 1:
-                best = greedy_search(self.model, src, self.decode, buffers=self.buffers)
-                hyps = [[h] if h else [] for h in best]
-            else:
-                hyps = beam_search(self.model, src, self.decode, buffers=self.buffers)
+            options = self.search.options(self.model) if self.search else nullcontext({})
+            with options as kwargs:  # the fast path's topk and cache, or the core's
+                if self.decode.beam == 1:
+                    best = greedy_search(self.model, src, self.decode, **kwargs)
+                    hyps = [[h] if h else [] for h in best]
+                else:
+                    hyps = beam_search(self.model, src, self.decode, **kwargs)
             found.update((todo[j], h) for j, h in zip(batch, hyps))
         if capped:
             # The maximum wins (decode/strategy.py): say so, rather than leave the user to

@@ -3,7 +3,7 @@
     hyps = beam_search(model, src)                  # DecodeConfig(): beam 4, alpha 0.6
     hyps[i][0].tokens, hyps[i][0].score              # best of sentence i, its n-best after
     best = greedy_search(model, src)                 # one Hypothesis per sentence
-    hyps = beam_search(model, src, buffers=buffers)  # the cache's memory kept between batches
+    hyps = beam_search(model, src, topk=row_topk, new_cache=make_cache)  # fast path's pieces
 
 The driver encodes the source once, feeds one target token per step, and reorders the
 cache with the row indices the strategy (`decode/strategy.py`) returns. A sentence that is
@@ -20,33 +20,38 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from collections.abc import Callable
+
 from aiayn.config import DecodeConfig
 from aiayn.data.vocab import BOS_ID, EOS_ID
-from aiayn.decode.strategy import NEG_INF, BeamStrategy, GreedyStrategy, Hypothesis
-from aiayn.model.cache import StoreBuffers
+from aiayn.decode.strategy import NEG_INF, BeamStrategy, GreedyStrategy, Hypothesis, TopK
+from aiayn.model.cache import KVCache
+
+# `new_cache(src_pad_mask)` -> an empty KVCache for the batch; None: `model.new_cache`.
+NewCache = Callable[[Tensor], KVCache]
 
 
 def beam_search(
     model, src: Tensor, config: DecodeConfig | None = None, bos_id: int = BOS_ID,
-    eos_id: int = EOS_ID, buffers: StoreBuffers | None = None,
+    eos_id: int = EOS_ID, *, topk: TopK = torch.topk, new_cache: NewCache | None = None,
 ) -> list[list[Hypothesis]]:  # fmt: skip
     """Beam search over a batch of sources.
 
     model: a `Transformer` in eval mode (or anything with its encode / decode / project /
-    new_cache / pad_mask); src: (batch, src_len) ids, source tokens + eos, right-padded;
-    buffers: memory for the cache kept from one search to the next (see `run_search`).
+    new_cache / pad_mask); src: (batch, src_len) ids, source tokens + eos, right-padded.
+    `topk` and `new_cache` let the fast path (`aiayn.fast.search`) supply its own.
     -> per sentence, its up to `config.nbest` finished hypotheses, best first.
     """
     config = config or DecodeConfig()
     max_len = output_limits(model, src, config.max_len_offset)
     c, pad_id = config, model.config.pad_id
-    strategy = BeamStrategy(max_len, c.beam, c.nbest, c.alpha, c.min_len, eos_id, pad_id)
-    return run_search(model, src, strategy, bos_id, buffers)
+    strategy = BeamStrategy(max_len, c.beam, c.nbest, c.alpha, c.min_len, eos_id, pad_id, topk)
+    return run_search(model, src, strategy, bos_id, new_cache)
 
 
 def greedy_search(
     model, src: Tensor, config: DecodeConfig | None = None, bos_id: int = BOS_ID,
-    eos_id: int = EOS_ID, buffers: StoreBuffers | None = None,
+    eos_id: int = EOS_ID, *, topk: TopK = torch.topk, new_cache: NewCache | None = None,
 ) -> list[Hypothesis | None]:  # fmt: skip
     """The most probable token at each step; `config.beam` and `nbest` are ignored.
 
@@ -54,8 +59,9 @@ def greedy_search(
     """
     config = config or DecodeConfig()
     max_len = output_limits(model, src, config.max_len_offset)
-    strategy = GreedyStrategy(max_len, config.alpha, config.min_len, eos_id, model.config.pad_id)
-    found = run_search(model, src, strategy, bos_id, buffers)
+    c, pad_id = config, model.config.pad_id
+    strategy = GreedyStrategy(max_len, c.alpha, c.min_len, eos_id, pad_id, topk)
+    found = run_search(model, src, strategy, bos_id, new_cache)
     return [hyps[0] if hyps else None for hyps in found]
 
 
@@ -69,35 +75,22 @@ def output_limits(model, src: Tensor, max_len_offset: int) -> Tensor:
     return max_len
 
 
-@torch.no_grad()  # also for direct callers: kept buffers must hold no graph
+@torch.no_grad()
 def run_search(
     model, src: Tensor, strategy: BeamStrategy | GreedyStrategy, bos_id: int,
-    buffers: StoreBuffers | None = None,
+    new_cache: NewCache | None = None,
 ) -> list[list[Hypothesis]]:  # fmt: skip
     """Drive `strategy` with the model's next-token log-probabilities until every sentence
     is done; -> per sentence (in input order), its finished hypotheses.
 
     Pad and bos are never generated. Log-probabilities are computed in float32 whatever
-    the model's dtype. `buffers`: the cache's stores take their memory from them, which
-    saves the page faults of fresh memory in every batch after the first on a CPU
-    (`StoreBuffers`); held for this search, or not used if another search holds them.
+    the model's dtype.
     """
     if src.size(0) == 0:  # no sentences: nothing to search (the steps below need one)
         return []
-    if buffers is None:
-        return _search(model, src, strategy, bos_id, None)
-    with buffers.claim() as kept:
-        return _search(model, src, strategy, bos_id, kept)
-
-
-def _search(
-    model, src: Tensor, strategy: BeamStrategy | GreedyStrategy, bos_id: int,
-    buffers: StoreBuffers | None,
-) -> list[list[Hypothesis]]:  # fmt: skip
-    """`run_search` with its buffers claimed (or None)."""
     src_pad = model.pad_mask(src)  # (batch, src_len), True = padding
     memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
-    cache = model.new_cache(src_pad, buffers)
+    cache = (new_cache or model.new_cache)(src_pad)
     alive = torch.arange(src.size(0), device=src.device)  # input index of each active sentence
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     tokens = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)

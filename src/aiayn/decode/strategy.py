@@ -17,6 +17,7 @@ Conventions shared by both strategies:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -60,42 +61,9 @@ def constrain(logp: Tensor, length: int, min_len: int, max_len: Tensor, eos_id: 
     return logp
 
 
-TOPK_CHUNK = 64  # entries per chunk in `row_topk` (measured best of 32, 64, 128 and 256)
-
-
-def row_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """The k largest entries along the last dimension and their indices, largest first:
-    the values of `x.topk(k, dim=-1)`, faster over a vocabulary. (..., width) -> (..., k) x 2.
-
-    PyTorch's CPU topk walks each row element by element: 2.9 ms for the 588 rows of 8,000
-    log-probabilities of a beam step on 2 cores, about as long as the log-softmax itself.
-    Here each chunk of TOPK_CHUNK entries gives its maximum in one vectorised pass, and
-    topk runs only over the k chunks with the largest maxima (and the row's last, partial
-    chunk): 1.1 ms for the same rows (benchmarks/README.md).
-
-    Why the values are exact: take a row's i largest entries (i <= k), the least of them
-    v_i. If one of them lies in a whole chunk c that was not picked, each of the k picked
-    chunks has a maximum >= max(c) >= v_i: the candidates hold k >= i entries >= v_i.
-    Otherwise they hold all i. Either way the candidates' i-th largest is v_i (they are
-    entries of the row, so it is no larger). Among equal entries the index picked may
-    differ from torch.topk's, which does not specify it either.
-    """
-    *lead, width = x.shape
-    chunks = width // TOPK_CHUNK
-    if chunks <= k or x.device.type != "cpu":  # measured on CPUs only
-        return x.topk(k, dim=-1)
-    x = x.reshape(-1, width)  # (rows, width)
-    rows, end = x.size(0), chunks * TOPK_CHUNK
-    body = x[:, :end].view(rows, chunks, TOPK_CHUNK)
-    picked = body.amax(dim=-1).topk(k, dim=-1).indices  # (rows, k) chunks
-    cand = body.gather(1, picked[:, :, None].expand(rows, k, TOPK_CHUNK))  # (rows, k, chunk)
-    index = picked[:, :, None] * TOPK_CHUNK + torch.arange(TOPK_CHUNK, device=x.device)
-    cand, index = cand.view(rows, -1), index.view(rows, -1)  # (rows, k * chunk)
-    if end < width:  # the partial chunk is always a candidate
-        cand = torch.cat([cand, x[:, end:]], dim=1)
-        index = torch.cat([index, torch.arange(end, width, device=x.device).expand(rows, -1)], 1)
-    top, pos = cand.topk(k, dim=-1)  # (rows, k)
-    return top.view(*lead, k), index.gather(1, pos).view(*lead, k)
+# `topk(x, k)`: the k largest entries of x's last dimension and their indices, largest
+# first, as `torch.topk(x, k)` returns them; the fast path passes a faster one.
+TopK = Callable[[Tensor, int], tuple[Tensor, Tensor]]
 
 
 def _to_hypotheses(tokens: Tensor, lengths: Tensor, scores: Tensor, logps: Tensor) -> list:
@@ -120,8 +88,8 @@ class BeamStrategy:
     paper's numbers (and fairseq's, Marian's, HuggingFace's); 2 * beam candidates always
     hold `beam` that do not end in eos, since each hypothesis has at most one eos extension.
     Keeping only the `beam` best, eos included, and letting ended ones leave their slots
-    empty (aiayn until 2026-11-25; beam 1 was then exactly greedy) misses translations that
-    this rule finds: a better hypothesis may grow from a fifth-best prefix.
+    empty misses translations that this rule finds: a better hypothesis may grow from a
+    fifth-best prefix.
 
     Early termination. A live hypothesis of length t with log-prob L <= 0 can only finish
     with log-prob L' <= L at a length n in [t + 1, max_len], so its final score is at most
@@ -133,9 +101,10 @@ class BeamStrategy:
 
     def __init__(
         self, max_len: Tensor, beam: int, nbest: int, alpha: float, min_len: int,
-        eos_id: int, pad_id: int,
+        eos_id: int, pad_id: int, topk: TopK = torch.topk,
     ) -> None:  # fmt: skip
         batch, device = max_len.size(0), max_len.device
+        self.topk = topk
         self.beam, self.nbest, self.alpha, self.min_len = beam, nbest, alpha, min_len
         self.eos_id, self.pad_id = eos_id, pad_id
         self.max_len = max_len  # (batch,) largest |Y| per sentence
@@ -159,10 +128,10 @@ class BeamStrategy:
         logp = constrain(logp, self.length, self.min_len, self.max_len, self.eos_id)
         # A row's log P adds alike to all its extensions, so the sentence's 2 * beam best are
         # among the 2 * beam best tokens of each of its rows: only those are scored, and no
-        # (batch, k, vocab) sum is made (on a base model that sum was ~1.3% of the search).
+        # (batch, k, vocab) sum is made.
         n = 2 * self.beam
         width = min(n, vocab)
-        row_top, row_token = row_topk(logp, width)  # (batch, k, width)
+        row_top, row_token = self.topk(logp, width)  # (batch, k, width)
         cand = (self.scores[:, :, None] + row_top).view(batch, k * width)  # (batch, k * width)
         if cand.size(1) < n:  # a tiny vocabulary: fill the candidates with dead slots
             cand = F.pad(cand, (0, n - cand.size(1)), value=NEG_INF)
@@ -229,9 +198,11 @@ class GreedyStrategy:
     """
 
     def __init__(
-        self, max_len: Tensor, alpha: float, min_len: int, eos_id: int, pad_id: int
-    ) -> None:
+        self, max_len: Tensor, alpha: float, min_len: int, eos_id: int, pad_id: int,
+        topk: TopK = torch.topk,
+    ) -> None:  # fmt: skip
         batch, device = max_len.size(0), max_len.device
+        self.topk = topk
         self.alpha, self.min_len, self.eos_id, self.pad_id = alpha, min_len, eos_id, pad_id
         self.max_len = max_len  # (batch,)
         self.length = 0
@@ -242,7 +213,7 @@ class GreedyStrategy:
         """logp: (batch, 1, vocab) -> rows None (unchanged), tokens (batch,), done (batch,)."""
         self.length += 1
         logp = constrain(logp, self.length, self.min_len, self.max_len, self.eos_id)
-        best, token = (t.squeeze(1) for t in row_topk(logp[:, 0], 1))  # (batch,)
+        best, token = (t.squeeze(1) for t in self.topk(logp[:, 0], 1))  # (batch,)
         self.logp = self.logp + best
         self.tokens = torch.cat([self.tokens, token[:, None]], dim=1)
         done = token.eq(self.eos_id) | self.max_len.le(self.length) | best.eq(NEG_INF)

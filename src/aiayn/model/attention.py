@@ -2,28 +2,23 @@
 cache that attention reads during search is in `model/cache.py`.
 
 Mask convention, everywhere in aiayn: `pad_mask` is a bool tensor (batch, len) with
-True = padding. `scaled_dot_product_attention` wants the opposite (True = attend); the
+True = padding. PyTorch's `scaled_dot_product_attention` wants the opposite (True = attend); the
 conversion happens in exactly one place, `attend_mask`.
 """
 
 from __future__ import annotations
 
-import inspect
-from contextlib import AbstractContextManager, nullcontext
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from aiayn.model.cache import LayerCache
-from aiayn.model.linear import Linear
 
 
 def attend_mask(
     key_pad_mask: Tensor | None, causal: bool, q_len: int, k_len: int, device: torch.device
 ) -> Tensor | None:
-    """The boolean mask (True = may attend) that `scaled_dot_product_attention` takes.
+    """The boolean mask (True = may attend) that `ScaledDotProductAttention` takes.
 
     key_pad_mask: (batch, k_len), True = padding. With `causal`, query i (the last q_len of
     k_len positions) sees keys j <= i + (k_len - q_len): the decoder's masking (sec. 3.2.3)
@@ -39,91 +34,23 @@ def attend_mask(
     return mask
 
 
-# `TrainConfig.attention_kernel`'s names for PyTorch's attention kernels ("math": the plain
-# composition of products and softmax), in the order tried after the preferred one.
-KERNELS = {
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "flash": SDPBackend.FLASH_ATTENTION,
-    "cudnn": SDPBackend.CUDNN_ATTENTION,
-    "math": SDPBackend.MATH,
-}
-# `sdpa_kernel`'s priority order came with torch 2.6; before it, the preference is a no-op.
-_HAS_PRIORITY = "set_priority" in inspect.signature(sdpa_kernel).parameters
+class ScaledDotProductAttention(nn.Module):
+    """Eq. 1 (Figure 2, left): softmax(Q K^T / sqrt(d_k)) V, with `mask` True = attend.
 
-
-def kernel_preference(name: str, device: torch.device) -> AbstractContextManager:
-    """A context in which `scaled_dot_product_attention` on a CUDA GPU tries kernel `name`
-    first, then the others (`KERNELS`' order), so inputs it cannot take still run (Flash
-    and cuDNN take only bf16/fp16: in float32 they fall back); "auto", a CPU or a torch
-    before 2.6 leave PyTorch's own choice. Only CUDA's kernels are allowed in it (not
-    `SDPBackend.OVERRIDEABLE`, which is for other devices).
-
-    Why prefer one: PyTorch picks by what a kernel supports, not by what is fast for the
-    shapes at hand, and translation batches are ~1,000 sentences of 10-45 tokens (1,388 of
-    16-18 in the benchmark's typical one), which fill a fraction of each kernel's 64- or
-    128-row tiles. On an H200 (torch 2.11) the memory-efficient kernel made the base
-    model's bf16 training step 1.10x faster compiled and 1.07x eager than PyTorch's own
-    choice, which by its timings was cuDNN's (benchmarks/attention_backends.py,
-    benchmarks/README.md); other GPUs were not measured: `auto` compares.
-
-    The kernel is chosen when the computation is traced, so under `torch.compile` the
-    context must be active at the first call, as the trainer's is, and compiled code keeps
-    the kernel of its first trace: another preference in the same process needs
-    `torch._dynamo.reset()` first.
+    A module with no weights, so that the fast path can swap in another computation of the
+    same formula (`aiayn.fast.attention.DecodingAttention`).
     """
-    first = None if name == "auto" else KERNELS[name]  # an unknown name fails on any device
-    if first is None or device.type != "cuda" or not _HAS_PRIORITY:
-        return nullcontext()
-    order = [first, *(kernel for kernel in KERNELS.values() if kernel != first)]
-    return sdpa_kernel(order, set_priority=True)
 
-
-def scaled_dot_product_attention(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p_drop: float = 0.0
-) -> Tensor:
-    """Eq. 1: softmax(Q K^T / sqrt(d_k)) V, with `mask` True = attend.
-
-    q: (batch, heads, q_len, d_k), k: (batch, heads, k_len, d_k), v: (batch, heads, k_len, d_v)
-    -> (batch, heads, q_len, d_v). PyTorch's fused kernel computes exactly this formula
-    (its default scale is 1/sqrt(d_k)) without materialising the weights when it can.
-    """
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)
-
-
-def decoding_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """Eq. 1 for a decoding step: a few queries per sentence (its hypotheses' new
-    positions) over that sentence's cached keys; the same shapes and result as
-    `scaled_dot_product_attention`, without dropout.
-
-    On the CPU, PyTorch's fused kernel is slow on such short queries: with the 4
-    hypotheses of 99 sentences (8 heads, d_k 64) it took 3.6 ms over 41 source keys where
-    the two batched products below take 1.6, and writing the step's attention out this
-    way cut aiayn's int8 beam search by 11% (benchmarks/README.md). It needs k and v whose
-    (batch, heads) dimensions merge without a copy, as the cache's are (the encoder-decoder
-    ones are stored contiguous for this), else the copy would cost what it saves.
-
-    k and v may be stored in a narrower dtype than q: the int8 model keeps the
-    encoder-decoder ones in bfloat16 (`quantize.py`). The two products then run in that
-    dtype (oneDNN's kernels, which add in float32 and round the result), the mask and
-    softmax in q's dtype, and the output is q's dtype.
-    """
-    batch, heads, q_len, d_k = q.shape
-    k_len, dtype = k.size(2), q.dtype
-    q = (q * d_k**-0.5).to(k.dtype).reshape(batch * heads, q_len, d_k)  # scaled first: smallest
-    # K q^T, then transposed: MKL reads K faster as the left operand, row by row, than as
-    # the right operand of q K^T, when K comes from memory rather than cache, as a search's
-    # keys do. On the AMD EPYC: 0.40 against 0.78 ms for 792 x 41 keys, and int8 beam
-    # search 4.6% faster in situ (benchmarks/README.md, "Beam search").
-    scores_t = torch.bmm(k.reshape(batch * heads, k_len, d_k), q.transpose(1, 2))
-    # A strided view of scores_t, not a copy, where k is in q's dtype: masked_fill_ writes
-    # into it, softmax reads it.
-    scores = scores_t.transpose(1, 2).reshape(batch, heads, q_len, k_len).to(dtype)
-    if mask is not None:
-        scores.masked_fill_(~mask, float("-inf"))  # mask broadcasts over heads (and queries)
-    # (batch * heads, q_len, k_len): a view where softmax writes contiguous, as it does now
-    weights = scores.softmax(dim=-1).to(v.dtype).reshape(batch * heads, q_len, k_len)
-    out = torch.bmm(weights, v.reshape(batch * heads, k_len, v.size(-1)))
-    return out.view(batch, heads, q_len, -1).to(dtype)  # (batch, heads, q_len, d_v)
+    def forward(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, p_drop: float = 0.0,
+        causal: bool = False,
+    ) -> Tensor:  # fmt: skip
+        """q: (batch, heads, q_len, d_k), k: (batch, heads, k_len, d_k), v: (batch, heads,
+        k_len, d_v) -> (batch, heads, q_len, d_v). PyTorch's fused kernel computes exactly
+        this formula (its default scale is 1/sqrt(d_k)); `causal` is its own causal mask."""
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=causal
+        )
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
@@ -151,11 +78,12 @@ class MultiHeadAttention(nn.Module):
         self.n_heads, self.d_k, self.d_v, self.cross = n_heads, d_k, d_v, cross
         self.p_drop_attn = p_drop_attn
         if cross:
-            self.w_q = Linear(d_model, n_heads * d_k, bias=bias)
-            self.w_kv = Linear(d_model, n_heads * (d_k + d_v), bias=bias)
+            self.w_q = nn.Linear(d_model, n_heads * d_k, bias=bias)
+            self.w_kv = nn.Linear(d_model, n_heads * (d_k + d_v), bias=bias)
         else:
-            self.w_qkv = Linear(d_model, n_heads * (2 * d_k + d_v), bias=bias)
-        self.w_o = Linear(n_heads * d_v, d_model, bias=bias)
+            self.w_qkv = nn.Linear(d_model, n_heads * (2 * d_k + d_v), bias=bias)
+        self.w_o = nn.Linear(n_heads * d_v, d_model, bias=bias)
+        self.attention = ScaledDotProductAttention()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -208,15 +136,15 @@ class MultiHeadAttention(nn.Module):
             # Decoding: the hypotheses of a sentence share its stored entries (cache.py).
             k = k.unflatten(-1, (self.n_heads, self.d_k))  # (rows, q_len, heads, d_k)
             k, v, mask = cache.extend(k, v.unflatten(-1, (self.n_heads, self.d_v)))
-            out = self._attend_cached(self._grouped(q, k.size(0)), k, v, mask, p)
+            out = self.attention(self._grouped(q, k.size(0)), k, v, mask, p)
             return self.w_o(self._ungrouped(out, *x.shape[:2]))
         q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
         if causal and key_pad_mask is None:
             # The whole target at once (training): the kernel's own causal path, no mask tensor.
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+            out = self.attention(q, k, v, None, p, causal=True)
         else:
             mask = attend_mask(key_pad_mask, causal, q.size(2), k.size(2), x.device)
-            out = scaled_dot_product_attention(q, k, v, mask, p)  # (batch, heads, q_len, d_v)
+            out = self.attention(q, k, v, mask, p)  # (batch, heads, q_len, d_v)
         return self.w_o(out.transpose(1, 2).flatten(2))  # (batch, q_len, heads * d_v) -> d_model
 
     def _grouped(self, q: Tensor, sentences: int) -> Tensor:
@@ -250,19 +178,5 @@ class MultiHeadAttention(nn.Module):
                 k, v = cache.store_cross(k, v)
         q = self._grouped(self.w_q(x), k.size(0))  # (sentences, heads, g * q_len, d_k)
         mask = attend_mask(key_pad_mask, False, q.size(2), k.size(2), x.device)
-        if cache is not None:
-            out = self._attend_cached(q, k, v, mask, p)
-        else:
-            out = scaled_dot_product_attention(q, k, v, mask, p)
+        out = self.attention(q, k, v, mask, p)  # (sentences, heads, g * q_len, d_v)
         return self.w_o(self._ungrouped(out, *x.shape[:2]))  # (rows, q_len, d_model)
-
-    @staticmethod
-    def _attend_cached(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float) -> Tensor:
-        """Attention of a decoding step over the cache: (sentences, heads, g * q_len, d_v).
-        Written out on the CPU in float32/64 (`decoding_attention`, measured there); the
-        fused kernel elsewhere: on GPUs, wherever dropout applies, and in bfloat16/float16,
-        where the fused kernel keeps the scores and their softmax in float32 and the
-        written-out form would round them to the half type."""
-        if q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64) and p == 0.0:
-            return decoding_attention(q, k, v, mask)
-        return scaled_dot_product_attention(q, k, v, mask, p)

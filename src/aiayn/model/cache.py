@@ -7,8 +7,7 @@ search's first step, `beam` after it), and a beam reorder picks each row from it
 sentence's block. All hypotheses of a sentence attend to the same source, and beam
 hypotheses share their target prefixes, so the cache stores keys and values per sentence:
 
-- encoder-decoder: (sentences, heads, src_len, d), computed once from the encoder output
-  (kept in bfloat16 by the int8 model where the CPU has bfloat16 products: `quantize.py`);
+- encoder-decoder: (sentences, heads, src_len, d), computed once from the encoder output;
 - self-attention: (sentences, heads, length * group, d), append-only. Entry t * group + j
   holds what the hypothesis in row j of the sentence's block computed at position t.
   `slots` (rows, length) says which of a position's `group` entries belongs to each
@@ -24,117 +23,14 @@ checks cached against recomputed decoding), for 1/group of the memory reads and 
     cache = model.new_cache(src_pad_mask)            # filled by model.decode(..., cache=cache)
     cache.reorder(rows)                              # hypotheses that survive a beam step
     cache.reorder(rows, sentences)                   # ... when finished sentences leave
-
-    buffers = StoreBuffers()                         # memory kept from one search to the next
-    with buffers.claim() as kept:                    # kept: `buffers`, or None while in use
-        cache = model.new_cache(src_pad_mask, kept)  # one cache per claim, used inside it
 """
 
 from __future__ import annotations
 
-import math
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-
-
-class StoreBuffers:
-    """Memory for the cache's stores, kept from one search to the next (a CPU speed-up, not
-    in the paper).
-
-    A store's pages are first touched when a step's keys and values are written into it,
-    and on a CPU each fresh 4 KiB page costs a fault. PyTorch returns large blocks to the
-    system when they are freed, so every batch of a translation faulted its stores in
-    again: 368k-608k faults, 7-11% of the time of a base model's int8 beam search over 500
-    sentences (benchmarks/README.md, "Beam search"). With buffers, a self-attention store
-    that is made or grown, and any store compacted when sentences leave, is written into a
-    buffer kept for it instead of fresh memory. (The encoder-decoder stores are made once a
-    search, from the encoder's output; the beam's widening rewrites a one-position store.)
-
-    Each store (layer, name) has at most two flat buffers, each as large as the largest that
-    store has needed. A replacement goes into the one the current store does not occupy,
-    since it is copied from the current store. One search uses them at a time (`claim`), with
-    one cache, inside the claim; a search that finds them claimed allocates its own memory.
-    The memory stays until `clear()`.
-    """
-
-    def __init__(self) -> None:
-        self._buffers: dict[tuple[int, str], list[Tensor]] = {}
-        self._made: set[tuple[int, str]] = set()  # stores made under the current claim
-        self._lock = threading.Lock()
-
-    @classmethod
-    def for_device(cls, device: str | torch.device) -> StoreBuffers | None:
-        """Buffers for searches on `device`: on a CPU; None on a GPU, where PyTorch's caching
-        allocator already reuses freed memory."""
-        return cls() if torch.device(device).type == "cpu" else None
-
-    @contextmanager
-    def claim(self) -> Iterator[StoreBuffers | None]:
-        """-> these buffers for one search, or None if another search holds them."""
-        if not self._lock.acquire(blocking=False):
-            yield None
-            return
-        self._made.clear()
-        try:
-            yield self
-        finally:
-            self._lock.release()
-
-    def empty(self, key: tuple[int, str], shape: tuple[int, ...], like: Tensor,
-              current: Tensor | None) -> Tensor:  # fmt: skip
-        """An uninitialised `shape` tensor (dtype and device of `like`) for store `key`, in
-        its kept buffer that `current`, the store it replaces (None: a new store), does not
-        occupy."""
-        if not self._lock.locked():
-            raise RuntimeError("StoreBuffers used outside claim(): one search, inside it")
-        if current is None:
-            # A second new store under one key would share memory with the live first one.
-            if key in self._made:
-                raise RuntimeError(f"store {key} made twice under one claim: one cache per "
-                                   "claim, each layer with its own index")  # fmt: skip
-            self._made.add(key)
-        n = math.prod(shape)
-        pair = self._buffers.setdefault(key, [])
-        held = None if current is None else current.untyped_storage().data_ptr()
-        free = [i for i, b in enumerate(pair) if b.untyped_storage().data_ptr() != held]
-        for i in free:
-            buffer = pair[i]
-            if buffer.numel() >= n and (buffer.dtype, buffer.device) == (like.dtype, like.device):
-                return buffer[:n].view(shape)
-        # As large as the pair's largest, so that both soon fit any store the search asks
-        # for. Allocated outside inference mode: a buffer made under torch.inference_mode()
-        # could not be written by a later search outside it.
-        size = max([n] + [b.numel() for b in pair if b.dtype == like.dtype])
-        with torch.inference_mode(False):
-            fresh = like.new_empty(size)
-        if len(pair) < 2:
-            pair.append(fresh)
-        else:  # a buffer too small or of another dtype: replace it
-            pair[free[0]] = fresh
-        return fresh[:n].view(shape)
-
-    def holds(self, tensor: Tensor) -> bool:
-        """Whether `tensor` lies in one of the kept buffers (a diagnostic)."""
-        ptr = tensor.untyped_storage().data_ptr()
-        return any(b.untyped_storage().data_ptr() == ptr for b in self._kept())
-
-    @property
-    def nbytes(self) -> int:
-        """The memory kept, in bytes (a diagnostic)."""
-        return sum(b.untyped_storage().nbytes() for b in self._kept())
-
-    def _kept(self) -> list[Tensor]:
-        # A copy: a search in another thread may add a store's pair meanwhile.
-        return [b for pair in list(self._buffers.values()) for b in pair]
-
-    def clear(self) -> None:
-        """Give the kept memory back."""
-        self._buffers.clear()
 
 
 GROW = 32  # positions added to a full self-attention store at once
@@ -146,8 +42,6 @@ class LayerCache:
     (set by `KVCache.advance`): rows per sentence, positions stored before this step, and
     the self-attention mask for this step's queries."""
 
-    index: int = 0  # the layer's place in the decoder: its stores' key in `buffers`
-    buffers: StoreBuffers | None = None  # memory kept across searches, or None
     self_k: Tensor | None = None  # (sentences, heads, capacity * group, d_k), entries in front
     self_v: Tensor | None = None  # (sentences, heads, capacity * group, d_v)
     cross_k: Tensor | None = None  # (sentences, heads, src_len, d_k)
@@ -155,7 +49,6 @@ class LayerCache:
     group: int = 1
     length: int = 0
     mask: Tensor | None = None  # (sentences, 1, group * new, (length + new) * group) or None
-    cross_dtype: torch.dtype | None = None  # of cross_k and cross_v; None: the keys' own
 
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """Store this step's self-attention keys and values, (rows, new, heads, d);
@@ -167,14 +60,9 @@ class LayerCache:
 
     def store_cross(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the encoder-decoder keys and values, (sentences, heads, src_len, d), once a
-        search; -> the stored pair. Contiguous, as `decoding_attention` wants them since it
-        reads them at every step, and in `cross_dtype` (one copy does both)."""
-        dtype = self.cross_dtype or k.dtype
-        self.cross_k, self.cross_v = (
-            t.contiguous() if t.dtype == dtype else t.new_empty(t.shape, dtype=dtype).copy_(t)
-            for t in (k, v)
-        )
-        return self.cross_k, self.cross_v
+        search; -> the stored pair."""
+        self.cross_k, self.cross_v = k, v
+        return k, v
 
     def keep(self, sentences: Tensor, length: int) -> None:
         """Drop the entries of the sentences not in `sentences` (which have left the batch);
@@ -196,8 +84,7 @@ class LayerCache:
         sentence = torch.arange(rows, device=slots.device) // group  # (rows,)
         entry = slots + torch.arange(length, device=slots.device) * self.group  # (rows, length)
         for name in ("self_k", "self_v"):
-            # The entries written so far, not the store's spare capacity: copying that too
-            # took 12% of a base model's int8 beam search (benchmarks/README.md).
+            # The entries written so far, not the store's spare capacity.
             store = getattr(self, name)[:, :, : length * self.group]
             heads, d = store.size(1), store.size(3)
             index = entry[:, None, :, None].expand(rows, heads, length, d)
@@ -222,10 +109,8 @@ class LayerCache:
         place.copy_(new.view(sentences, self.group, q, heads, d).permute(0, 3, 2, 1, 4))
 
     def _empty(self, name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
-        """Memory for a store that replaces store `name`: kept (`StoreBuffers`) or fresh."""
-        if self.buffers is None:
-            return like.new_empty(shape)
-        return self.buffers.empty((self.index, name), shape, like, getattr(self, name))
+        """Memory for a store that replaces store `name` (the fast path may recycle it)."""
+        return like.new_empty(shape)
 
 
 @dataclass

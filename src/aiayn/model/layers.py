@@ -12,82 +12,20 @@ from torch import Tensor, nn
 from aiayn.config import ModelConfig
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.cache import LayerCache
-from aiayn.model.dropout import Dropout
-from aiayn.model.linear import Linear, affine, input_grad
 
 
 class PositionwiseFeedForward(nn.Module):
-    """Eq. 2: FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike.
-
-    Training on a CPU in float32/64 (no autocast) runs it as one autograd function,
-    `_CpuFeedForward`, the same products with the ReLU and its gradient applied in place
-    to the function's own (tokens, d_ff) buffers. Autograd's ReLU allocates a fresh tensor
-    for its output and another for its gradient; on a base model (33 MB each for a
-    4,000-token batch, above glibc's 32 MB mmap ceiling, so mapped and page-faulted anew
-    each time) those two made the training step 3% slower on a 2-core Xeon (in-process A/B).
-    Elsewhere, with `p_drop_ffn`, and when `w_1` or `w_2` is not a plain `nn.Linear` (a
-    subclass or wrapper, say for adapters, or one with hooks) the modules run as written,
-    so that whatever was put in their place is what runs.
-    """
+    """Eq. 2: FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike."""
 
     def __init__(self, d_model: int, d_ff: int, p_drop_ffn: float = 0.0) -> None:
         super().__init__()
-        self.w_1 = Linear(d_model, d_ff)
-        self.w_2 = Linear(d_ff, d_model)
-        self.dropout = Dropout(p_drop_ffn)  # not in the paper; 0 by default
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(p_drop_ffn)  # not in the paper; 0 by default
 
     def forward(self, x: Tensor) -> Tensor:
-        if (
-            torch.is_grad_enabled() and x.device.type == "cpu"
-            and not torch.is_autocast_enabled("cpu") and (self.dropout.p == 0 or not self.training)
-            and _plain_linear(self.w_1) and _plain_linear(self.w_2)
-        ):  # fmt: skip
-            w_1, w_2 = self.w_1, self.w_2
-            rows = x.flatten(0, -2)  # (tokens, d_model)
-            out = _CpuFeedForward.apply(rows, w_1.weight, w_1.bias, w_2.weight, w_2.bias)
-            return out.view(x.shape)  # (batch, len, d_model)
-        hidden = self.w_1(x)  # (batch, len, d_ff)
-        # Without autograd (decoding) the ReLU goes in place: one fresh tensor fewer a step.
-        hidden = torch.relu(hidden) if torch.is_grad_enabled() else hidden.relu_()
+        hidden = torch.relu(self.w_1(x))  # (batch, len, d_ff)
         return self.w_2(self.dropout(hidden))  # (batch, len, d_model)
-
-
-_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
-
-
-def _plain_linear(module: nn.Module) -> bool:
-    """Whether calling `module` would compute x W^T + b from its `weight` and `bias` and do
-    nothing else: an `nn.Linear` itself, with no hooks of its own or global ones (the hook
-    tables `nn.Module.__call__` consults; a table a PyTorch version lacks counts as empty)."""
-    tables = nn.modules.module
-    return type(module) in (nn.Linear, Linear) and not any(
-        getattr(module, name, None) or getattr(tables, "_global" + name, None) for name in _HOOKS
-    )
-
-
-class _CpuFeedForward(torch.autograd.Function):
-    """Eq. 2 on (tokens, d_model) rows with its backward written out; see
-    `PositionwiseFeedForward`. The products are `model/linear.py`'s (oneDNN's where that is
-    the faster). The output is a tensor of its own, not a view made inside the function,
-    which autograd would not let callers modify in place."""
-
-    @staticmethod
-    def forward(ctx, rows, w_1, b_1, w_2, b_2):  # type: ignore[override]
-        hidden = affine(rows, w_1, b_1, relu=True)  # (tokens, d_ff)
-        ctx.save_for_backward(rows, hidden, w_1, w_2)
-        return affine(hidden, w_2, b_2)  # (tokens, d_model)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):  # type: ignore[override]
-        rows, hidden, w_1, w_2 = ctx.saved_tensors
-        grad_hidden = input_grad(grad, w_2)  # (tokens, d_ff): ours, so the ReLU's gradient
-        relu_grad = torch.ops.aten.threshold_backward.grad_input  # goes in place
-        relu_grad(grad_hidden, hidden, 0, grad_input=grad_hidden)  # 0 where hidden <= 0
-        grad_rows = input_grad(grad_hidden, w_1)  # (tokens, d_model)
-        grad_w_1 = grad_hidden.t() @ rows  # (d_ff, d_model)
-        grad_w_2 = grad.t() @ hidden  # (d_model, d_ff)
-        return grad_rows, grad_w_1, grad_hidden.sum(0), grad_w_2, grad.sum(0)
 
 
 class Embedding(nn.Module):
@@ -160,13 +98,13 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, p_drop: float, pre_norm: bool, eps: float) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model, eps=eps)
-        self.dropout = Dropout(p_drop)  # residual dropout (sec. 5.4)
+        self.dropout = nn.Dropout(p_drop)  # residual dropout (sec. 5.4)
         self.pre_norm = pre_norm
 
     def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
         if self.pre_norm:
-            return self.dropout.add(x, sublayer(self.norm(x)))
-        return self.norm(self.dropout.add(x, sublayer(x)))
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
 
 
 def _attention(config: ModelConfig, cross: bool) -> MultiHeadAttention:

@@ -5,8 +5,8 @@
     hidden = model.decode(tgt_in, memory, src_pad_mask) # (batch, tgt_len, d_model)
     logits = model.project(hidden)                      # (batch, tgt_len, vocab)
 
-Training does not build the logits: it passes `hidden` and `model.output_weight` to the
-chunked loss (`train/loss.py`, `train/validate.py: real_token_loss`).
+Training projects the decoder states of the real target positions only and takes the
+label-smoothed loss of those logits (`train/loss.py`).
 
 For incremental decoding, `cache = model.new_cache(src_pad_mask)` and pass `cache=` to
 `decode` with only the newest target token(s); the search reorders the cache.
@@ -15,14 +15,22 @@ For incremental decoding, `cache = model.new_cache(src_pad_mask)` and pass `cach
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
 from aiayn.model.attention import MultiHeadAttention
-from aiayn.model.cache import KVCache, LayerCache, StoreBuffers
-from aiayn.model.dropout import Dropout
+from aiayn.model.cache import KVCache, LayerCache
 from aiayn.model.layers import DecoderLayer, Embedding, EncoderLayer, PositionalEncoding
-from aiayn.model.linear import Linear, linear
+
+
+class Projection(nn.Module):
+    """The pre-softmax linear transformation (sec. 3.4), hidden W^T with W the (vocab,
+    d_model) output weight, which the model passes in since it is the embedding when tied.
+    A module with no weights of its own, so that the fast path can swap in its product."""
+
+    def forward(self, hidden: Tensor, weight: Tensor) -> Tensor:
+        return F.linear(hidden, weight)  # (..., d_model) -> (..., vocab)
 
 
 class Transformer(nn.Module):
@@ -35,7 +43,8 @@ class Transformer(nn.Module):
         self.tgt_embed = Embedding(c.vocab_size, c.d_model)
         self.src_embed = self.tgt_embed if c.shared_vocab else Embedding(c.src_vocab_size, c.d_model)
         if not c.tie_embeddings:
-            self.out_proj = Linear(c.d_model, c.vocab_size, bias=False)
+            self.out_proj = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.projection = Projection()
         # Sec. 3.5. Learned positions (Table 3 row E) get a table per stack, as in ConvS2S
         # [9], the paper's source for them, and tensor2tensor; the sinusoids are one function.
         learned = c.positional == "learned"
@@ -43,7 +52,7 @@ class Transformer(nn.Module):
         self.tgt_positional = (
             PositionalEncoding(c.d_model, c.max_len, learned) if learned else self.positional
         )
-        self.embed_dropout = Dropout(c.p_drop)  # on embeddings + positions (sec. 5.4)
+        self.embed_dropout = nn.Dropout(c.p_drop)  # on embeddings + positions (sec. 5.4)
         self.encoder = nn.ModuleList(EncoderLayer(c) for _ in range(c.n_layers))
         self.decoder = nn.ModuleList(DecoderLayer(c) for _ in range(c.n_layers))
         # Pre-LN leaves the stack's output un-normalised, so it needs a final LayerNorm;
@@ -51,9 +60,6 @@ class Transformer(nn.Module):
         pre = c.norm == "pre"
         self.encoder_norm = nn.LayerNorm(c.d_model, eps=c.ln_eps) if pre else nn.Identity()
         self.decoder_norm = nn.LayerNorm(c.d_model, eps=c.ln_eps) if pre else nn.Identity()
-        # The dtype in which a decoding cache keeps the encoder-decoder keys and values (None:
-        # the model's). `quantize_int8` narrows it to bfloat16 on CPUs that multiply it natively.
-        self.cross_cache_dtype: torch.dtype | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -127,7 +133,7 @@ class Transformer(nn.Module):
 
     def project(self, hidden: Tensor) -> Tensor:
         """The pre-softmax linear transformation (sec. 3.4): (..., d_model) -> (..., vocab)."""
-        return linear(hidden, self.output_weight)
+        return self.projection(hidden, self.output_weight)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits: (batch, src_len), (batch, tgt_len) -> (batch, tgt_len, vocab)."""
@@ -135,14 +141,9 @@ class Transformer(nn.Module):
         memory = self.encode(src, src_pad_mask)
         return self.project(self.decode(tgt_in, memory, src_pad_mask))
 
-    def new_cache(self, src_pad_mask: Tensor, buffers: StoreBuffers | None = None) -> KVCache:
-        """An empty incremental-decoding state for a batch with this source padding; its
-        stores take their memory from `buffers` when given (see `StoreBuffers`)."""
-        layers = [
-            LayerCache(index=i, buffers=buffers, cross_dtype=self.cross_cache_dtype)
-            for i in range(len(self.decoder))
-        ]
-        return KVCache(layers, src_pad_mask)
+    def new_cache(self, src_pad_mask: Tensor) -> KVCache:
+        """An empty incremental-decoding state for a batch with this source padding."""
+        return KVCache([LayerCache() for _ in self.decoder], src_pad_mask)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -26,7 +26,8 @@ from torch import nn
 
 from aiayn.config import Config, apply_overrides
 from aiayn.errors import ConfigError, TrainingError
-from aiayn.model.attention import kernel_preference
+from aiayn import fast
+from aiayn.fast.attention import kernel_preference
 from aiayn.model.transformer import Transformer
 from aiayn.train import distributed
 from aiayn.train.checkpoints import RunCheckpoints, resume_candidates, step_checkpoints, step_name
@@ -41,7 +42,8 @@ from aiayn.train.run_state import (
 )
 from aiayn.train.schedule import make_optimizer, noam_lr, set_lr
 from aiayn.train.state import seed_everything
-from aiayn.train.validate import dev_bleu, real_positions, real_token_loss, validation_loss
+from aiayn.train.loss import RealTokenLoss
+from aiayn.train.validate import dev_bleu, real_positions, validation_loss
 
 
 @dataclass
@@ -91,19 +93,6 @@ def resume_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ())
     return apply_overrides(read_config(resume_candidates(path)[0]), overrides)
 
 
-class _RealTokenLoss(nn.Module):
-    """What DistributedDataParallel wraps: the model and loss over the real positions."""
-
-    def __init__(self, model: Transformer, eps: float, compiled: bool) -> None:
-        super().__init__()
-        self.model, self.eps, self.compiled = model, eps, compiled
-
-    def forward(self, src, tgt_in, positions, target):  # -> (smoothed sum, NLL sum)
-        return real_token_loss(
-            self.model, src, tgt_in, positions, target, self.eps, self.compiled
-        )
-
-
 @dataclass
 class _Update:
     """One update's global sums and the decisions all ranks agreed on."""
@@ -139,6 +128,11 @@ class Trainer:
             raise ConfigError("train.precision=fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
         seed_everything(t.seed)
         self.model = Transformer(config.model).to(env.device)
+        # The training objective, with its model; the fast path swaps in its pieces (both
+        # over the same parameters) unless train.fast is off (--reference).
+        self.loss = RealTokenLoss(self.model, t.eps_ls)
+        if t.fast:
+            self.loss = fast.apply(self.loss, compiled=t.compile)
         if env.rank:  # the same initial weights everywhere, but each rank its own dropout
             seed_everything(t.seed + env.rank)
         self.params = list(self.model.parameters())
@@ -149,7 +143,7 @@ class Trainer:
         candidates = None if resume is None else resume_candidates(resume)
         self._refuse_another_runs_dir(candidates)
         self.resumed_from = None if candidates is None else restore(self, candidates)
-        self.forward = _RealTokenLoss(self.model, t.eps_ls, t.compile)
+        self.forward = self.loss
         if env.distributed:
             self.forward = distributed.wrap_ddp(self.forward, env)
         self.batches = self.data.micro_batches()
@@ -353,15 +347,16 @@ class Trainer:
 
     @contextmanager
     def _forward_context(self):
-        """Where the loss's forward runs: autocast for `train.precision`, and the attention
-        kernel of `train.attention_kernel`."""
+        """Where the loss's forward runs: autocast for `train.precision`, and on the fast
+        path the GPU attention kernel of `train.attention_kernel`."""
         t, device = self.config.train, self.env.device
         if t.precision == "fp32":
             autocast = nullcontext()
         else:
             dtype = torch.bfloat16 if t.precision == "bf16" else torch.float16
             autocast = torch.autocast(device.type, dtype=dtype)
-        with autocast, kernel_preference(t.attention_kernel, device):
+        kernel = kernel_preference(t.attention_kernel, device) if t.fast else nullcontext()
+        with autocast, kernel:
             yield
 
     # --- validation and checkpoints ------------------------------------------------------
@@ -370,8 +365,8 @@ class Trainer:
         t, env, state = self.config.train, self.env, self.state
         if self.data.valid is None:
             return False
-        stats = validation_loss(self.model, self.data.valid, self.config.data.max_tokens,
-                                t.eps_ls, env, self._forward_context())  # fmt: skip
+        stats = validation_loss(self.loss, self.data.valid, self.config.data.max_tokens,
+                                env, self._forward_context())  # fmt: skip
         if t.valid_bleu_lines and env.is_main:
             stats["bleu"] = dev_bleu(
                 self.model, self.data.valid, self.data.tgt_vocab, t.valid_bleu_lines,

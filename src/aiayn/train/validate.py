@@ -9,7 +9,6 @@ quick signal, below what beam search on the full set gives (`aiayn evaluate` for
 
 from __future__ import annotations
 
-import functools
 from contextlib import AbstractContextManager
 
 import numpy as np
@@ -23,21 +22,22 @@ from aiayn.data.vocab import Vocab
 from aiayn.decode.search import greedy_search
 from aiayn.model.transformer import Transformer
 from aiayn.train.distributed import DistEnv, all_reduce_sum
-from aiayn.train.loss import projected_label_smoothed_loss
+from aiayn.train.loss import RealTokenLoss
 from aiayn.train.monitor import perplexity
 
 
 @torch.no_grad()
 def validation_loss(
-    model: Transformer,
+    loss: RealTokenLoss,
     dataset: BinarizedDataset,
     max_tokens: int,
-    eps: float,
     env: DistEnv,
     context: AbstractContextManager,
 ) -> dict[str, float]:
-    """{"nll", "loss", "ppl", "tokens"} over the whole split, each rank taking its share;
-    the forward runs in `context` (the trainer's autocast and attention kernel), entered once."""
+    """{"nll", "loss", "ppl", "tokens"} over the whole split, each rank taking its share:
+    the training objective `loss` (its model and label smoothing) in eval mode; the forward
+    runs in `context` (the trainer's autocast and attention kernel), entered once."""
+    model = loss.model
     was_training = model.training
     model.eval()
     sampler = TokenBatchSampler(
@@ -51,7 +51,7 @@ def validation_loss(
             batch = collate([dataset[int(i)] for i in indices])
             positions, target = real_positions(batch.tgt_out, model.config.pad_id, env.device)
             batch = batch.to(env.device)
-            smoothed, nll = real_token_loss(model, batch.src, batch.tgt_in, positions, target, eps)
+            smoothed, nll = loss(batch.src, batch.tgt_in, positions, target)
             sums += torch.stack([smoothed, nll]).double()
             tokens += batch.n_tgt_tokens
     model.train(was_training)
@@ -69,49 +69,6 @@ def real_positions(
     flat = tgt_out.reshape(-1)  # (batch * tgt_len,)
     positions = flat.ne(pad_id).nonzero().squeeze(1)  # (n_tokens,)
     return positions.to(device, non_blocking=True), flat[positions].to(device, non_blocking=True)
-
-
-def real_token_hidden(
-    model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor, positions: torch.Tensor
-) -> torch.Tensor:
-    """Teacher-forced decoder states at the real target positions only.
-
-    src: (batch, src_len), tgt_in: (batch, tgt_len), positions: (n_tokens,) flat indices
-    into (batch * tgt_len) -> (n_tokens, d_model). Selecting them before the pre-softmax
-    projection skips the padding's share of the model's largest matrix product.
-    """
-    src_pad = model.pad_mask(src)  # (batch, src_len), True = padding
-    memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
-    hidden = model.decode(tgt_in, memory, src_pad)  # (batch, tgt_len, d_model)
-    return hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)  # (n_tokens, d_model)
-
-
-def real_token_loss(
-    model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor, positions: torch.Tensor,
-    target: torch.Tensor, eps: float, compiled: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(smoothed sum, NLL sum) over the real target positions: `real_token_hidden`, then the
-    projection and loss together, a chunk of tokens at a time (`train/loss.py`).
-
-    `compiled` (`train.compile`): both run through `torch.compile`, the network as a graph
-    with dynamic shapes (not one per batch shape), and the loss's work between its two
-    products (see `projected_label_smoothed_loss`), so that the element-wise ops around the
-    matrix products (dropout, residual sums, LayerNorm, casts) run as fused kernels. The chunked
-    loss itself stays eager: its products and hand-written gradients are already lean.
-    """
-    hidden_of = _compiled_real_token_hidden() if compiled else real_token_hidden
-    hidden = hidden_of(model, src, tgt_in, positions)  # (n_tokens, d_model)
-    return projected_label_smoothed_loss(
-        hidden, model.output_weight, target, eps, compiled=compiled
-    )
-
-
-@functools.cache
-def _compiled_real_token_hidden():
-    """`real_token_hidden` compiled once per process; dynamic=True: a graph serves the
-    trainer's many (batch, length) shapes instead of a recompilation for each (torch 2.11
-    made two, for source lengths that are and are not multiples of 8)."""
-    return torch.compile(real_token_hidden, dynamic=True)
 
 
 @torch.no_grad()

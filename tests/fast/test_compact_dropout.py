@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from aiayn.model.dropout import Dropout, drop_probability, keep_mask
+from aiayn.fast.dropout import CompactDropout as Dropout, drop_probability, keep_mask
 
 
 def _binomial_tolerance(n: int, p: float) -> float:

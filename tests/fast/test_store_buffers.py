@@ -1,5 +1,5 @@
-"""The cache's kept memory (`model/cache.py: StoreBuffers`): searches that take their stores
-from it decode exactly as with fresh memory, and a later search reuses it."""
+"""The cache's kept memory (`fast/cache.py: StoreBuffers`): searches that take their stores
+from it decode exactly as with fresh memory (the core's cache), and a later search reuses it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import torch
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from aiayn.decode.search import beam_search, run_search
 from aiayn.decode.strategy import BeamStrategy
-from aiayn.model.cache import GROW, LayerCache, StoreBuffers
+from aiayn.fast.cache import BufferedLayerCache, StoreBuffers, buffered_cache
+from aiayn.fast.search import FastSearch
+from aiayn.model.cache import GROW
 from aiayn.model.transformer import Transformer
 from conftest import tiny_model_config
 
@@ -28,13 +30,29 @@ def batch(lengths: list[int]) -> torch.Tensor:
     return src
 
 
+def fast_search(buffers: StoreBuffers) -> FastSearch:
+    """The fast path's search pieces, over these buffers."""
+    searcher = FastSearch("cpu")
+    searcher.buffers = buffers
+    return searcher
+
+
+def beam(model, src: torch.Tensor, buffers: StoreBuffers) -> list:
+    """`beam_search` with the fast path's cache, its memory from `buffers`."""
+    with fast_search(buffers).options(model) as options:
+        return beam_search(model, src, **options)
+
+
 def search(model, src: torch.Tensor, out_lengths: list[int], buffers: StoreBuffers | None):
     """Beam 3, each sentence forced to its own output length (min_len beyond every max_len:
     eos comes only where max_len forces it), so sentences leave the batch at different steps
-    and the longest outlives the stores' first capacity."""
+    and the longest outlives the stores' first capacity. buffers None: the core's cache."""
     max_len = torch.tensor(out_lengths)
     strategy = BeamStrategy(max_len, 3, 2, 0.6, 1000, EOS_ID, PAD_ID)
-    return run_search(model, src, strategy, BOS_ID, buffers)
+    if buffers is None:
+        return run_search(model, src, strategy, BOS_ID)
+    with buffers.claim() as kept:
+        return run_search(model, src, strategy, BOS_ID, lambda pad: buffered_cache(model, pad, kept))
 
 
 def summary(hyps) -> list:
@@ -60,14 +78,14 @@ def test_searches_with_kept_buffers_decode_as_with_fresh_memory(model):
 def test_the_stores_live_in_the_buffers_and_a_second_search_adds_no_memory(model, monkeypatch):
     buffers = StoreBuffers()
     held = []
-    extend = LayerCache.extend
+    extend = BufferedLayerCache.extend
 
     def recording(self, k, v):
         out = extend(self, k, v)
         held.append(buffers.holds(self.self_k) and buffers.holds(self.self_v))
         return out
 
-    monkeypatch.setattr(LayerCache, "extend", recording)
+    monkeypatch.setattr(BufferedLayerCache, "extend", recording)
     src, out = batch([6, 4, 3]), [GROW + 5, 3, 8]
     search(model, src, out, buffers)
     kept = buffers.nbytes
@@ -114,7 +132,7 @@ def test_misuse_that_would_share_a_live_stores_memory_is_refused(model):
     with pytest.raises(RuntimeError, match="outside claim"):
         buffers.empty((0, "self_k"), (1,), torch.zeros(1), None)
     with buffers.claim() as kept:
-        first, second = model.new_cache(pad, kept), model.new_cache(pad, kept)
+        first, second = buffered_cache(model, pad, kept), buffered_cache(model, pad, kept)
         tokens = torch.full((2, 1), BOS_ID)
         model.decode(tokens, model.encode(src, pad), pad, first)
         with pytest.raises(RuntimeError, match="made twice"):  # a second cache on one claim
@@ -133,7 +151,7 @@ def test_a_search_that_fails_gives_its_claim_back(model, monkeypatch):
 
     monkeypatch.setattr(model, "project", failing)
     with pytest.raises(ValueError, match="stop"):
-        beam_search(model, src, buffers=buffers)
+        beam(model, src, buffers)
     with buffers.claim() as kept:
         assert kept is buffers
 
@@ -142,10 +160,10 @@ def test_buffers_made_in_inference_mode_serve_later_searches_outside_it(model):
     buffers, src = StoreBuffers(), batch([5, 3])
     expected = summary(beam_search(model, src))
     with torch.inference_mode():
-        assert summary(beam_search(model, src, buffers=buffers)) == expected
-    assert summary(beam_search(model, src, buffers=buffers)) == expected
+        assert summary(beam(model, src, buffers)) == expected
+    assert summary(beam(model, src, buffers)) == expected
     with torch.inference_mode():
-        assert summary(beam_search(model, src, buffers=buffers)) == expected
+        assert summary(beam(model, src, buffers)) == expected
 
 
 def test_a_search_finding_the_buffers_in_use_allocates_its_own(model):
@@ -155,9 +173,9 @@ def test_a_search_finding_the_buffers_in_use_allocates_its_own(model):
         assert mine is buffers
         with buffers.claim() as other:
             assert other is None
-        assert summary(beam_search(model, src, buffers=buffers)) == expected
+        assert summary(beam(model, src, buffers)) == expected
         assert buffers.nbytes == 0  # the search above did not touch them
-    assert summary(beam_search(model, src, buffers=buffers)) == expected
+    assert summary(beam(model, src, buffers)) == expected
     assert buffers.nbytes > 0
 
 

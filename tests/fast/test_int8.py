@@ -1,4 +1,4 @@
-"""Int8 CPU inference (`aiayn.quantize`, `Translator(int8=True)`, `--int8`)."""
+"""Int8 CPU inference (`aiayn.fast.int8`, `Translator(int8=True)`, `--int8`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from torch import nn
 
 from aiayn.cli import main
 from aiayn.errors import ConfigError
-from aiayn.model.linear import Linear
-from aiayn.quantize import Int8Linear, int8_engine
+from aiayn.fast.linear import OneDnnLinear as Linear
+from aiayn.fast.int8 import Int8Linear, int8_engine
 from aiayn.translate import Translator
 from tiny_checkpoint import save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
@@ -71,7 +71,7 @@ def test_int8_engine_is_onednn_with_amx_or_vnni_and_the_setting_is_put_back(
     # 8-bit inputs only where the products accumulate in 32 bits (oneDNN), else 7 bits.
     linears = [m for m in model.modules() if isinstance(m, Int8Linear)]
     assert linears and all(m.reduce_range == (expected != "onednn") for m in linears)
-    assert model.project.reduce_range == (expected != "onednn")
+    assert model.projection.int8.reduce_range == (expected != "onednn")
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["bf16-products", "no-bf16"])
@@ -86,20 +86,22 @@ def test_int8_cache_keeps_encoder_decoder_keys_in_bfloat16_where_the_cpu_multipl
     0.067-0.086 with float32 ones (mean 0.012-0.014 both); bfloat16 stores alone, on the
     float32 model, 0.007-0.012."""
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
-    int8 = Translator.from_checkpoint(ckpt, int8=True).model
-    exact = Translator.from_checkpoint(ckpt).model
-    assert int8.cross_cache_dtype == (torch.bfloat16 if native else None)
-    assert exact.cross_cache_dtype is None  # float32 models keep float32 stores
+    int8 = Translator.from_checkpoint(ckpt, int8=True)
+    exact = Translator.from_checkpoint(ckpt)
+    assert int8.search.cross_dtype == (torch.bfloat16 if native else None)
+    assert exact.search.cross_dtype is None  # float32 models keep float32 stores
     gen = torch.Generator().manual_seed(2)
-    vocab = exact.config.vocab_size
+    vocab = exact.model.config.vocab_size
     src = torch.randint(4, vocab, (3, 7), generator=gen)  # (batch, src_len)
     tgt_in = torch.randint(4, vocab, (3, 6), generator=gen)  # (batch, tgt_len)
 
-    def cached(model):  # -> (batch, tgt_len, vocab) log P, one step at a time, and the cache
+    def cached(translator):  # -> (batch, tgt_len, vocab) log P, a step at a time, and the cache
+        model = translator.model
         src_pad = model.pad_mask(src)
         memory = model.encode(src, src_pad)
-        cache = model.new_cache(src_pad)
-        steps = [model.decode(tgt_in[:, t : t + 1], memory, src_pad, cache) for t in range(6)]
+        with translator.search.options(model) as options:  # the search's own cache
+            cache = options["new_cache"](src_pad)
+            steps = [model.decode(tgt_in[:, t : t + 1], memory, src_pad, cache) for t in range(6)]
         return model.project(torch.cat(steps, dim=1)).log_softmax(-1), cache
 
     got, cache = cached(int8)

@@ -1,62 +1,43 @@
-"""Dropout (sec. 5.4), with a cheaper random mask on CPUs.
+"""Dropout (sec. 5.4) with a cheaper random mask on CPUs, and the residual sum with it.
 
 The function is `nn.Dropout`'s: in training each element is zeroed with probability p and
-the survivors are scaled by 1 / (1 - p), so the expected output is the input (p as
-rounded below, on a CPU); in evaluation it is the identity.
+the survivors are scaled, so the expected output is the input; in evaluation it is the
+identity. On a CPU PyTorch draws the mask with `bernoulli_`, one floating-point sample per
+element, which costs more than the rest of a residual sub-layer's element-wise work. Here
+the mask comes from 16 random bits per element, drawn from the same generator (so
+`torch.manual_seed` and the trainer's saved RNG state govern it) with `random_` over the
+full int64 range, and one integer comparison. An element survives when its bits, read as
+a signed int16 b, satisfy b >= -2^15 + round(p * 2^16), so its drop probability is
+round(p * 2^16) / 2^16 (`drop_probability`): p to within 2^-17. The survivors are scaled by
+one over the keep probability of that rounded p, so the expected output is exactly the
+input for every p. It draws other masks than `bernoulli_` from the same seed.
 
-Why not `nn.Dropout` itself: on a CPU, PyTorch draws the mask with `bernoulli_`, one
-floating-point sample per element, which on a 2-core Xeon takes ~5 ns per element: more
-than the rest of a residual sub-layer's elementwise work, and ~10% of a small model's
-training step (17 dropouts per step). Here the mask comes from 16 random bits per element,
-drawn from the same generator (PyTorch's CPU generator, so `torch.manual_seed` and the
-trainer's saved RNG state govern it as before) with `random_` over the full int64 range,
-and one integer comparison: a mask of 1M elements in ~1.2 ms against `bernoulli_`'s ~5 ms.
-An element survives when its bits, read as a signed int16 b, satisfy
-b >= -2^15 + round(p * 2^16), so its drop probability is
-round(p * 2^16) / 2^16 (`drop_probability`): p to within 2^-17 (0.1 becomes 0.100006).
-The survivors are scaled by one over the keep probability of that rounded p, not of p, so
-the expected output is exactly the input for every p (p = 0.99999 keeps 1 element in
-65,536 instead of 1 in 100,000; scaled by 1 / (1 - p) = 100,000, the expected output would
-be 1.53 times the input).
-Why 16 bits and not 32:
-drawing the bits is most of the mask's cost, and 32 bits per element made a small model's
-training step 3% slower (in-process A/B on the 2-core Xeon) for a precision of p that no
-training run can tell from 2^-17. It uses the random stream differently from `bernoulli_`,
-so a run resumed across a change of this code does not retrace the masks the old code
-would have drawn.
+The mask is saved for backward as floats, 0 or 1 / (1 - p), not as bools: PyTorch
+multiplies a float tensor by a bool one through a conversion pass, forward and backward.
 
-The mask is saved for backward as floats, 0 or 1 / (1 - p) (in float32 for a float32 or
-lower-precision input, float64 for float64), not as bools: PyTorch multiplies a float
-tensor by a bool one through a conversion pass, both forward and backward, and the
-float mask made a small model's training step 2.6% faster (in-process A/B on the 2-core
-Xeon). The price is 3 bytes more per element of each dropout's input while the step runs,
-~50 MB on a small model with 4,000-token batches, ~190 MB on a base one.
-
-`Dropout.add(x, y)` is x + Dropout(y), the residual connection's sum (sec. 3.1, 5.4), in one
-pass on a CPU: `addcmul(x, y, mask)` instead of a product and then a sum. It draws the same
-mask as `Dropout(y)` would, so the two agree exactly; it saves writing and re-reading one
-(tokens, d_model) tensor per sub-layer. In-process A/B runs on the 2-core Xeon put a small
-model's training step at +2.0%, +0.7%, +0.9% and -0.5% (so about +1%, near the noise) and a
-base one's at +0.7%.
-
-On other devices `F.dropout` is used: a GPU draws its mask in a fused kernel.
+`CompactDropout.add(x, y)` is x + Dropout(y), the residual connection's sum (sec. 3.1,
+5.4), in one pass (`addcmul`); `FastResidual` uses it. On other devices `F.dropout` is used.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.model.layers import Residual
 
-class Dropout(nn.Module):
+
+class CompactDropout(nn.Dropout):
     """`nn.Dropout(p)`'s function; see the module docstring for the CPU mask."""
 
-    def __init__(self, p: float) -> None:
-        super().__init__()
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1], got {p}")
-        self.p = p
+    @classmethod
+    def from_core(cls, core: nn.Dropout) -> CompactDropout:
+        fast = cls(core.p)
+        fast.train(core.training)
+        return fast
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.p == 0.0:
@@ -73,8 +54,22 @@ class Dropout(nn.Module):
             return x + F.dropout(y, self.p, training=True)
         return _CpuDropoutAdd.apply(x, y, self.p)
 
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
+
+class FastResidual(Residual):
+    """`Residual` (sec. 3.1) with the sum x + Dropout(y) in one pass (`CompactDropout.add`)."""
+
+    @classmethod
+    def from_core(cls, core: Residual) -> FastResidual:
+        with torch.device("meta"):  # a placeholder norm, replaced below
+            fast = cls(core.norm.normalized_shape[0], core.dropout.p, core.pre_norm, core.norm.eps)
+        fast.norm, fast.dropout = core.norm, CompactDropout.from_core(core.dropout)
+        fast.train(core.training)
+        return fast
+
+    def forward(self, x: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.pre_norm:
+            return self.dropout.add(x, sublayer(self.norm(x)))
+        return self.norm(self.dropout.add(x, sublayer(x)))
 
 
 def _dropping_values(p: float) -> int:

@@ -1,27 +1,15 @@
 """The model's linear maps, x W^T + b, on the faster of the CPU's two float32 products.
 
-PyTorch multiplies float32 matrices on the CPU with Intel's MKL. MKL takes its fastest
-(AVX-512) kernels only on Intel processors; on other x86 processors it runs slower code.
-oneDNN, also inside PyTorch, picks its kernels by instruction set alone. Measured on a
-2-vCPU AMD EPYC (Zen 4, AVX-512), float32, 2 threads, each product alone, medians
-(GFLOP/s, oneDNN against MKL):
+PyTorch multiplies float32 matrices on the CPU with Intel's MKL, which takes its fastest
+(AVX-512) kernels only on Intel processors and runs slower code on other x86 processors.
+oneDNN, also inside PyTorch, picks its kernels by instruction set alone. So on x86 CPUs not
+made by Intel, the products x W^T + b (forward) and g W (the input's gradient) go through
+oneDNN's linear; the weight's gradient g^T x stays with MKL, since oneDNN would first copy
+both transposed operands. The measurements behind this are in benchmarks/README.md.
 
-| product (tokens 3,760) | x W^T + b | g W | g^T x |
-| --- | --- | --- | --- |
-| d_model 256, d_ff 1,024 | 195 / 157 | 209 / 175 | 127 / 172 |
-| d_model 512, d_ff 2,048 | 199 / 141 | 200 / 142 | 155 / 157 |
-
-and while decoding, (128 x 512) x (512 x 2,048) in 1.46 ms against 1.77, the output
-projection (32 x 512) x (512 x 8,000) in 2.1 ms against 4.0. So on x86 CPUs not made by
-Intel the products x W^T + b (forward) and g W (the input's gradient) go through oneDNN's
-linear. The weight's gradient g^T x stays with MKL: oneDNN's linear would first copy both
-transposed operands, and is slower for it (last column). On Intel CPUs MKL is kept for
-all three (there it measured 382 GFLOP/s against oneDNN's 366 for the largest product).
-
-Both are float32 products, accumulated in float32 in different orders: they differ in
-the last bits, as two block sizes of one library do. Float64, autocast and other devices
-take PyTorch's own product, as does code that `torch.compile` traces (the compiler picks
-its own kernels).
+Both are float32 products, accumulated in float32 in different orders: they differ in the
+last bits, as two block sizes of one library do. Float64, autocast, other devices and code
+that `torch.compile` traces take PyTorch's own product.
 """
 
 from __future__ import annotations
@@ -32,12 +20,28 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.model.transformer import Projection
 
-class Linear(nn.Linear):
+
+class OneDnnLinear(nn.Linear):
     """`nn.Linear` whose product is `linear` below; the same parameters and state dict."""
+
+    @classmethod
+    def from_core(cls, core: nn.Linear) -> OneDnnLinear:
+        """A module over `core`'s own parameters (not copies: optimizers and ties hold)."""
+        fast = cls(core.in_features, core.out_features, bias=False, device="meta")
+        fast.weight, fast.bias = core.weight, core.bias
+        return fast
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias)
+
+
+class OneDnnProjection(Projection):
+    """The pre-softmax projection (`Transformer.projection`) through `linear` below."""
+
+    def forward(self, hidden: Tensor, weight: Tensor) -> Tensor:
+        return linear(hidden, weight)  # (..., d_model) -> (..., vocab)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:

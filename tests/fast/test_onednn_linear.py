@@ -1,4 +1,4 @@
-"""The model's linear maps (`aiayn.model.linear`): oneDNN's products where they are the
+"""The model's linear maps (`aiayn.fast.linear`): oneDNN's products where they are the
 faster, PyTorch's own elsewhere, with the same values and gradients either way."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import aiayn.model.linear as linear_module
+import aiayn.fast.linear as linear_module
+from aiayn import fast
 from aiayn.config import ModelConfig
-from aiayn.model.linear import Linear, affine, cpu_vendor, input_grad, linear
+from aiayn.fast.linear import OneDnnLinear, affine, cpu_vendor, input_grad, linear
 from aiayn.model.transformer import Transformer
 
 needs_onednn = pytest.mark.skipif(
@@ -116,8 +117,9 @@ def test_float64_autocast_and_mkl_take_pytorchs_own_product(onednn, monkeypatch)
 
 def test_linear_module_is_an_nn_linear_with_the_same_state(mkl):
     torch.manual_seed(0)
-    ours, theirs = Linear(8, 3), nn.Linear(8, 3)
-    theirs.load_state_dict(ours.state_dict())
+    theirs = nn.Linear(8, 3)
+    ours = OneDnnLinear.from_core(theirs)
+    assert ours.weight is theirs.weight and ours.bias is theirs.bias  # the same parameters
     assert isinstance(ours, nn.Linear) and ours.state_dict().keys() == theirs.state_dict().keys()
     x = torch.randn(2, 8)
     assert torch.equal(ours(x), theirs(x))
@@ -129,7 +131,7 @@ def test_a_training_step_with_onednn_matches_one_without(monkeypatch):
     rounding apart), dropout off."""
     config = ModelConfig(vocab_size=40, d_model=32, n_heads=4, d_ff=64, n_layers=2, p_drop=0.0)
     torch.manual_seed(0)
-    model = Transformer(config).train()
+    model = fast.apply(Transformer(config).train())
     src, tgt = torch.randint(4, 40, (3, 9)), torch.randint(4, 40, (3, 7))
 
     def loss_and_grads(faster: bool):
@@ -182,7 +184,7 @@ def test_onednn_is_chosen_on_x86_cpus_not_made_by_intel(monkeypatch, vendor, exp
 def test_the_chunked_loss_on_onednn_matches_it_on_mkl(monkeypatch):
     """The loss's own products (logits per chunk, the hidden states' gradient) on oneDNN:
     the same sums and gradients as with PyTorch's product, float32 rounding apart."""
-    from aiayn.train.loss import projected_label_smoothed_loss
+    from aiayn.fast.loss import projected_label_smoothed_loss
 
     gen = torch.Generator().manual_seed(4)
     hidden = torch.randn(10, 16, generator=gen, requires_grad=True)  # (rows, d_model)

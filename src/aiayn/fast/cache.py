@@ -1,0 +1,150 @@
+"""The decoding cache's fast path: store memory kept from one search to the next, and
+encoder-decoder stores laid out (and narrowed) for `fast.attention.decoding_attention`.
+
+    buffers = StoreBuffers()                       # memory kept from one search to the next
+    with buffers.claim() as kept:                  # kept: `buffers`, or None while in use
+        cache = buffered_cache(model, src_pad_mask, kept)  # one cache per claim, used in it
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from aiayn.model.cache import KVCache, LayerCache
+
+
+class StoreBuffers:
+    """Memory for the cache's stores, kept from one search to the next (a CPU speed-up, not
+    in the paper).
+
+    A store's pages are first touched when a step's keys and values are written into it,
+    and on a CPU each fresh 4 KiB page costs a fault. PyTorch returns large blocks to the
+    system when they are freed, so every batch of a translation faulted its stores in
+    again (benchmarks/README.md counts them). With buffers, a self-attention store
+    that is made or grown, and any store compacted when sentences leave, is written into a
+    buffer kept for it instead of fresh memory. (The encoder-decoder stores are made once a
+    search, from the encoder's output; the beam's widening rewrites a one-position store.)
+
+    Each store (layer, name) has at most two flat buffers, each as large as the largest that
+    store has needed. A replacement goes into the one the current store does not occupy,
+    since it is copied from the current store. One search uses them at a time (`claim`), with
+    one cache, inside the claim; a search that finds them claimed allocates its own memory.
+    The memory stays until `clear()`.
+    """
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[int, str], list[Tensor]] = {}
+        self._made: set[tuple[int, str]] = set()  # stores made under the current claim
+        self._lock = threading.Lock()
+
+    @classmethod
+    def for_device(cls, device: str | torch.device) -> StoreBuffers | None:
+        """Buffers for searches on `device`: on a CPU; None on a GPU, where PyTorch's caching
+        allocator already reuses freed memory."""
+        return cls() if torch.device(device).type == "cpu" else None
+
+    @contextmanager
+    def claim(self) -> Iterator[StoreBuffers | None]:
+        """-> these buffers for one search, or None if another search holds them."""
+        if not self._lock.acquire(blocking=False):
+            yield None
+            return
+        self._made.clear()
+        try:
+            yield self
+        finally:
+            self._lock.release()
+
+    def empty(self, key: tuple[int, str], shape: tuple[int, ...], like: Tensor,
+              current: Tensor | None) -> Tensor:  # fmt: skip
+        """An uninitialised `shape` tensor (dtype and device of `like`) for store `key`, in
+        its kept buffer that `current`, the store it replaces (None: a new store), does not
+        occupy."""
+        if not self._lock.locked():
+            raise RuntimeError("StoreBuffers used outside claim(): one search, inside it")
+        if current is None:
+            # A second new store under one key would share memory with the live first one.
+            if key in self._made:
+                raise RuntimeError(f"store {key} made twice under one claim: one cache per "
+                                   "claim, each layer with its own index")  # fmt: skip
+            self._made.add(key)
+        n = math.prod(shape)
+        pair = self._buffers.setdefault(key, [])
+        held = None if current is None else current.untyped_storage().data_ptr()
+        free = [i for i, b in enumerate(pair) if b.untyped_storage().data_ptr() != held]
+        for i in free:
+            buffer = pair[i]
+            if buffer.numel() >= n and (buffer.dtype, buffer.device) == (like.dtype, like.device):
+                return buffer[:n].view(shape)
+        # As large as the pair's largest, so that both soon fit any store the search asks
+        # for. Allocated outside inference mode: a buffer made under torch.inference_mode()
+        # could not be written by a later search outside it.
+        size = max([n] + [b.numel() for b in pair if b.dtype == like.dtype])
+        with torch.inference_mode(False):
+            fresh = like.new_empty(size)
+        if len(pair) < 2:
+            pair.append(fresh)
+        else:  # a buffer too small or of another dtype: replace it
+            pair[free[0]] = fresh
+        return fresh[:n].view(shape)
+
+    def holds(self, tensor: Tensor) -> bool:
+        """Whether `tensor` lies in one of the kept buffers (a diagnostic)."""
+        ptr = tensor.untyped_storage().data_ptr()
+        return any(b.untyped_storage().data_ptr() == ptr for b in self._kept())
+
+    @property
+    def nbytes(self) -> int:
+        """The memory kept, in bytes (a diagnostic)."""
+        return sum(b.untyped_storage().nbytes() for b in self._kept())
+
+    def _kept(self) -> list[Tensor]:
+        # A copy: a search in another thread may add a store's pair meanwhile.
+        return [b for pair in list(self._buffers.values()) for b in pair]
+
+    def clear(self) -> None:
+        """Give the kept memory back."""
+        self._buffers.clear()
+
+
+@dataclass
+class BufferedLayerCache(LayerCache):
+    """`LayerCache` whose stores take their memory from `buffers` (None: fresh memory) and
+    whose encoder-decoder keys and values are stored contiguous, as `decoding_attention`
+    reads them at every step, in `cross_dtype` (None: the keys' own; the int8 model's
+    bfloat16, `fast/int8.py`). `index`: the layer's place, its stores' key in `buffers`."""
+
+    index: int = 0
+    buffers: StoreBuffers | None = None
+    cross_dtype: torch.dtype | None = None
+
+    def store_cross(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        dtype = self.cross_dtype or k.dtype
+        self.cross_k, self.cross_v = (  # one copy does both
+            t.contiguous() if t.dtype == dtype else t.new_empty(t.shape, dtype=dtype).copy_(t)
+            for t in (k, v)
+        )
+        return self.cross_k, self.cross_v
+
+    def _empty(self, name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
+        if self.buffers is None:
+            return like.new_empty(shape)
+        return self.buffers.empty((self.index, name), shape, like, getattr(self, name))
+
+
+def buffered_cache(
+    model, src_pad_mask: Tensor, buffers: StoreBuffers | None, cross_dtype: torch.dtype | None = None
+) -> KVCache:
+    """`model.new_cache(src_pad_mask)` with `BufferedLayerCache` layers."""
+    layers = [
+        BufferedLayerCache(index=i, buffers=buffers, cross_dtype=cross_dtype)
+        for i in range(len(model.decoder))
+    ]
+    return KVCache(layers, src_pad_mask)

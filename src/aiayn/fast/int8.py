@@ -1,0 +1,147 @@
+"""Int8 dynamic quantization for CPU inference (not in the paper; a deployment option).
+
+    model = quantize_int8(model)    # float32 CPU model, eval mode; changed in place
+
+Every linear map (attention projections, feed-forward) gets int8 weights with one scale
+per output row, and its input is quantized per call ("dynamic", one scale per tensor), as
+CTranslate2's int8 does. The pre-softmax projection (sec. 3.4), a large share of each
+decoding step, gets an int8 copy of the output weight (`Int8Projection` swapped in for
+`Transformer.projection`); the float embedding stays for the lookups. Embedding lookups,
+LayerNorm, softmax and attention stay float32; where the CPU multiplies bfloat16 natively
+the search keeps the encoder-decoder keys and values in bfloat16 (`cross_store_dtype`).
+
+The weights are quantized as `torch.ao.quantization.quantize_dynamic` with PyTorch's
+per-channel dynamic qconfig would (a test holds them equal). `torch.ao.quantization` is
+deprecated in favour of torchao (not a dependency) but works; its warnings are silenced.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+from aiayn.errors import ConfigError
+from aiayn.model.transformer import Projection, Transformer
+
+
+def quantize_int8(model: Transformer) -> Transformer:
+    """Int8 weights for every linear map, the output projection included; -> `model`.
+
+    CPU and float32 only (the int8 kernels are CPU kernels and quantize from float32).
+    Inference only: the quantized model cannot be trained or saved as a checkpoint.
+    """
+    weight = model.output_weight
+    check_int8(weight.device, weight.dtype)
+    model.eval()
+    # The engine in use when the weights are packed is the one their products run on; the
+    # process-wide setting is put back at once.
+    previous, engine = torch.backends.quantized.engine, int8_engine()
+    reduce_range = engine != "onednn"
+    torch.backends.quantized.engine = engine
+    try:
+        for name, module in list(model.named_modules()):
+            # An untied out_proj is read through `output_weight`, packed below.
+            if isinstance(module, nn.Linear) and name != "out_proj":
+                model.set_submodule(name, Int8Linear.pack(module.weight, module.bias, reduce_range))
+        model.projection = Int8Projection(Int8Linear.pack(weight, None, reduce_range))
+    finally:
+        torch.backends.quantized.engine = previous
+    return model
+
+
+class Int8Linear(nn.Module):
+    """x W^T + b with W packed in int8 and x quantized per call; (..., in) -> (..., out).
+
+    PyTorch's dynamic `Linear` always quantizes its input to 7 bits (`reduce_range=True`),
+    because fbgemm's AVX2 kernels add pairs of u8 x s8 products in 16 bits, which 8-bit
+    inputs can overflow. oneDNN's kernels on AMX tiles and on AVX-512 VNNI add the products
+    straight into 32 bits, so there the input keeps all 8 bits, which halves each product's
+    error and brings int8 translation closer to float32 (benchmarks/README.md). Elsewhere
+    7 bits stay.
+    """
+
+    def __init__(self, packed: torch.Tensor, reduce_range: bool) -> None:
+        super().__init__()
+        self.packed = packed  # weights and bias, packed by `torch.ops.quantized.linear_prepack`
+        self.reduce_range = reduce_range
+
+    @classmethod
+    def pack(cls, weight: torch.Tensor, bias: torch.Tensor | None, reduce_range: bool) -> Int8Linear:
+        """weight (out, in) and bias (out,) or None, packed for the current quantized engine.
+
+        Symmetric int8 with one scale per output row, max |w| of the row / 127.5: PyTorch's
+        per-channel dynamic qconfig, whose observer computes it.
+        """
+        from torch.ao.quantization import per_channel_dynamic_qconfig
+
+        weight = weight.detach().float()  # (out, in)
+        b = None if bias is None else bias.detach().float()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*deprecated", category=DeprecationWarning)
+            warnings.filterwarnings("ignore", message=".*deprecated", category=UserWarning)
+            observer = per_channel_dynamic_qconfig.weight()
+            observer(weight)
+            scale, zero_point = observer.calculate_qparams()  # (out,) each; zero points 0
+            q = torch.quantize_per_channel(weight, scale.double(), zero_point.long(), 0, torch.qint8)
+            return cls(torch.ops.quantized.linear_prepack(q, b), reduce_range)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x, self.packed, reduce_range=self.reduce_range)
+
+
+class Int8Projection(Projection):
+    """The pre-softmax projection with the output weight's int8 copy; the float weight the
+    model passes in is not used."""
+
+    def __init__(self, int8: Int8Linear) -> None:
+        super().__init__()
+        self.int8 = int8
+
+    def forward(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        return self.int8(hidden)  # (..., d_model) -> (..., vocab)
+
+
+def int8_engine() -> str:
+    """The int8 kernels to pack for: oneDNN on CPUs with AMX tiles or AVX-512 VNNI, whose
+    u8 x s8 products add up in 32 bits (so inputs may keep 8 bits, `Int8Linear`), else
+    PyTorch's default. Without either, oneDNN's u8 x s8 kernels go through 16-bit sums as
+    fbgemm's do (oneDNN's guide, "Nuances of int8 Computations"): the default stays.
+    """
+    # Both checks are private in torch 2.13; a version without them counts as neither.
+    exact_sums = any(
+        getattr(torch.cpu, check, lambda: False)()
+        for check in ("_is_amx_tile_supported", "_is_vnni_supported")
+    )
+    if exact_sums and "onednn" in torch.backends.quantized.supported_engines:
+        return "onednn"
+    return torch.backends.quantized.engine
+
+
+def bf16_products() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX), as PyTorch
+    reports it."""
+    # Private in torch 2.13, as int8_engine's checks; a version without it counts as no.
+    return getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
+
+
+def cross_store_dtype() -> torch.dtype | None:
+    """The dtype in which the int8 model's search keeps the encoder-decoder keys and values:
+    bfloat16 where the CPU multiplies it natively, else None (float32).
+
+    Every decoding step reads all of them, in every layer; in bfloat16 the reads halve, and
+    the step's two attention products over them run in oneDNN's bfloat16 kernels (float32
+    sums). The int8 products round far more coarsely than bfloat16, and their inputs are
+    rounded to 8 bits anyway. The self-attention stores stay float32: their written part is
+    a strided slice, which PyTorch copies before a bfloat16 product.
+    """
+    return torch.bfloat16 if bf16_products() else None
+
+
+def check_int8(device: str | torch.device, dtype: torch.dtype | None) -> None:
+    """Refuse int8 on anything but the CPU, or from anything but float32 (None = float32)."""
+    if torch.device(device).type != "cpu":
+        raise ConfigError(f"int8 quantization runs on the CPU only, not on {device}")
+    if dtype not in (None, torch.float32):
+        raise ConfigError(f"int8 quantization starts from float32 weights, not {dtype}")
