@@ -96,26 +96,37 @@ def collate(
     )
 
 
-def chunk_by_tokens(
-    order: np.ndarray, src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int
+def token_batches(
+    order: np.ndarray, sizes: Sequence[np.ndarray], max_tokens: int
 ) -> list[np.ndarray]:
-    """Cut `order` greedily into batches whose count * longest size is <= max_tokens per side.
+    """Cut `order` greedily into batches whose count * longest size is <= max_tokens on
+    every side; the one batcher of training, dev loss and BLEU, and translation.
 
-    Sizes include the specials. Assumes no single example exceeds the budget.
+    `sizes`: one array per side (source, or source and target), indexed by example, with
+    the specials. An example alone over the budget goes alone (the sampler refuses those
+    up front; translation decodes them).
     """
     batches: list[np.ndarray] = []
-    start, longest_src, longest_tgt = 0, 0, 0
-    src_list, tgt_list = src_sizes[order].tolist(), tgt_sizes[order].tolist()
-    for pos, (s, t) in enumerate(zip(src_list, tgt_list)):
-        new_src, new_tgt = max(longest_src, s), max(longest_tgt, t)
-        count = pos - start + 1
-        if count * new_src > max_tokens or count * new_tgt > max_tokens:
+    widest = np.maximum.reduce([np.asarray(side)[order] for side in sizes]).tolist()
+    start, longest = 0, 0  # first position of the open batch, its longest size on any side
+    for pos, size in enumerate(widest):
+        grown = max(longest, size)
+        if pos > start and (pos - start + 1) * grown > max_tokens:
             batches.append(order[start:pos])
-            start, new_src, new_tgt = pos, s, t
-        longest_src, longest_tgt = new_src, new_tgt
+            start, grown = pos, size
+        longest = grown
     if start < len(order):
         batches.append(order[start:])
     return batches
+
+
+def longest_first_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices of `lengths` (source sizes, eos included) in token batches, longest first:
+    the order in which sentences are decoded, so that similar lengths share a batch and
+    the first of each batch is its longest (as fairseq's `max_tokens` does)."""
+    sizes = np.asarray(lengths, dtype=np.int64).reshape(-1)  # (n_sentences,)
+    order = np.argsort(-sizes, kind="stable")  # ties keep the input order
+    return [batch.tolist() for batch in token_batches(order, [sizes], max_tokens)]
 
 
 def split_to_multiple(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
@@ -188,7 +199,7 @@ class TokenBatchSampler:
         step = self.bucket_size or max(n, 1)
         buckets = [self._sort(order[i : i + step]) for i in range(0, n, step)]
         order = np.concatenate(buckets) if buckets else order
-        batches = chunk_by_tokens(order, self.src_sizes, self.tgt_sizes, self.max_tokens)
+        batches = token_batches(order, [self.src_sizes, self.tgt_sizes], self.max_tokens)
         batches = split_to_multiple(batches, self.world_size)
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
