@@ -13,6 +13,7 @@ import signal
 import sys
 import warnings
 
+from aiayn.data.prepare_options import PrepareOptions, default
 from aiayn.errors import AiaynError, ConfigError, DataError, out_of_memory_message
 
 
@@ -94,33 +95,37 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--valid", metavar="PREFIX", help="validation pairs (never filtered)")
     p.add_argument("--test", metavar="PREFIX", help="test pairs (never filtered)")
     p.add_argument("--tsv", metavar="FILE", help="training pairs as one two-column TSV")
-    p.add_argument("--src", help="source language suffix (default: en)")
-    p.add_argument("--tgt", help="target language suffix (default: de)")
+    p.add_argument("--src", help=f"source language suffix (default: {default('src')})")
+    p.add_argument("--tgt", help=f"target language suffix (default: {default('tgt')})")
     p.add_argument("--vocab-size", type=int, metavar="N", help="BPE vocabulary size")
     p.add_argument(
         "--separate-vocabs", action="store_true",
         help="one vocabulary per language (the paper shares one; embeddings are then untied)",
     )
-    p.add_argument("--max-tokens-per-side", type=int, metavar="N", help="training filter (250)")
+    p.add_argument("--max-tokens-per-side", type=int, metavar="N",
+                   help=f"training filter ({default('max_tokens_per_side')})")
     p.add_argument("--max-len-ratio", type=float, metavar="R", help="training filter (off)")
     p.add_argument("--workers", type=int, metavar="N", help="encoding processes (all cores)")
-    p.add_argument("--vocab-sample", type=int, metavar="N", help="vocabulary training sample")
-    p.add_argument("--seed", type=int, help="seed of the vocabulary sample (1)")
+    p.add_argument("--vocab-sample", type=int, metavar="N",
+                   help=f"vocabulary training sample ({default('vocab_sample_sentences'):,})")
+    p.add_argument("--seed", type=int, help=f"seed of the vocabulary sample ({default('seed')})")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars, no report")
     p.set_defaults(run=_run_prepare)
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     given = {
         "vocab_size": args.vocab_size, "src": args.src, "tgt": args.tgt,
         "max_tokens_per_side": args.max_tokens_per_side, "max_len_ratio": args.max_len_ratio,
         "workers": args.workers, "vocab_sample_sentences": args.vocab_sample, "seed": args.seed,
     }  # fmt: skip
-    options = {key: value for key, value in given.items() if value is not None}
-    options.update(overwrite=args.force, quiet=args.quiet)
+    changes = {key: value for key, value in given.items() if value is not None}
+    changes.update(overwrite=args.force, quiet=args.quiet)
     if args.separate_vocabs:
-        options["joint_vocab"] = False
+        changes["joint_vocab"] = False
     own_files = [args.train, args.tsv, args.valid, args.test]
     if args.recipe is None:
         from aiayn.data.prepare import prepare
@@ -129,20 +134,22 @@ def _run_prepare(args: argparse.Namespace) -> int:
         if args.valid is None or args.vocab_size is None or not one_train:
             raise ConfigError("give --train PREFIX (or --tsv FILE), --valid PREFIX, --vocab-size N")
         splits = {"train": args.train, "tsv": args.tsv, "valid": args.valid, "test": args.test}
-        prepare(**splits, out=args.out, **options)
+        prepare(**splits, out=args.out, options=PrepareOptions(**changes))
     elif any(f is not None for f in own_files):
         raise ConfigError(f"{args.recipe} reads its own files; drop --train/--valid/--test/--tsv")
     elif args.recipe == "multi30k":
         from aiayn.recipes import multi30k
 
+        options = replace(multi30k.OPTIONS, **changes)  # checked before any download
         raw = args.from_dir or multi30k.download(f"{args.out}-raw")
-        multi30k.prepare_multi30k(raw, args.out, **options)
+        multi30k.prepare_multi30k(raw, args.out, options)
     else:
         from aiayn.recipes import wmt14
 
         if args.src or args.tgt:
             raise ConfigError(f"{args.recipe} fixes the languages; drop --src/--tgt")
-        wmt14.prepare_wmt14(args.recipe, args.out, raw_dir=args.from_dir, **options)
+        options = replace(wmt14.task(args.recipe).options, **changes)
+        wmt14.prepare_wmt14(args.recipe, args.out, raw_dir=args.from_dir, options=options)
     return 0
 
 
