@@ -25,13 +25,13 @@ import torch
 from torch import nn
 
 from aiayn.config import Config, apply_overrides
+from aiayn.data.run_data import RunData, load_run_data
 from aiayn.errors import ConfigError, TrainingError
 from aiayn.model.attention import kernel_preference
 from aiayn.model.transformer import Transformer
 from aiayn.train import distributed
 from aiayn.train.checkpoints import RunCheckpoints, resume_candidates, step_checkpoints, step_name
 from aiayn.train.monitor import Monitor, format_summary, perplexity
-from aiayn.data.run_data import RunData, load_run_data
 from aiayn.train.run_state import LoopState, TrainingState, collect_state, restore, write_checkpoint
 from aiayn.train.schedule import derive_accum_steps, make_optimizer, noam_lr, set_lr
 from aiayn.train.state import seed_everything
@@ -416,9 +416,8 @@ class Trainer:
         payload = collect_state(self.training_state, self.env)
         self.last_saved = self.checkpoints.dir / step_name(self.state.step)
         if self.env.is_main:
-            write = lambda path: write_checkpoint(  # noqa: E731
-                path, self.training_state, self.data, payload
-            )
+            run, data = self.training_state, self.data
+            write = lambda path: write_checkpoint(path, run, data, payload)  # noqa: E731
             self.checkpoints.save_step(self.state.step, write)
             self.monitor.record("checkpoint", self.state.step, path=str(self.last_saved))
         self.clock.last_save = time.monotonic()
