@@ -17,9 +17,13 @@ cutting keeps padding small (a few percent), and the batch *order* is shuffled w
 recorded seed (`seed + epoch`), so each epoch differs and any epoch can be replayed.
 
 Decisions, stated once:
-- An example that alone exceeds `max_tokens` is an error at construction (with its index
-  and length), never silently dropped: the length filter of `aiayn prepare` is the place to
-  drop long pairs, and counts them.
+- One batcher, `token_batches`, cuts every order into batches: the training sampler's and
+  the dev loss's (sorted by target, then source size), and, through `longest_first_batches`,
+  translation's and dev BLEU's (longest source first).
+- In training, an example that alone exceeds `max_tokens` is an error at the sampler's
+  construction (with its index and length), never silently dropped: the length filter of
+  `aiayn prepare` is the place to drop long pairs, and counts them. Translation cannot
+  drop a line: such a sentence is decoded in a batch of its own.
 - Distributed ranks: rank r takes batches r, r + w, r + 2w, ... of the shuffled epoch. So
   that every rank gets the same number of batches without dropping or repeating examples,
   the remainder is removed by splitting the largest batches (by sentence count) in two
