@@ -7,8 +7,9 @@
 
 Sentences are encoded with the checkpoint's vocabulary, sorted by length and grouped into
 batches of at most `max_tokens` source tokens (padding included; the one batcher of
-`aiayn.data.batching`) so that similar lengths decode together; results come back in the input order. Beam search settings default to the
-checkpoint's `decode` config (the paper's beam 4, alpha 0.6, input + 50).
+`aiayn.data.batching`) so that similar lengths decode together; results come back in the
+input order. Beam search settings default to the checkpoint's `decode` config (the paper's
+beam 4, alpha 0.6, input + 50).
 
 On a CPU a Translator keeps the memory of the search's cache from one batch (and one call)
 to the next (`model.cache.StoreBuffers`: no page faults on fresh memory, 7-11% of a base
