@@ -12,6 +12,7 @@ the time each stage took. Not a test: it takes an hour.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -26,7 +27,7 @@ from aiayn.checkpoint import read_meta
 from aiayn.config import apply_overrides, load_config
 from aiayn.data.corpus import find_side, read_lines
 from aiayn.evaluate import score
-from aiayn.recipes.multi30k import prepare_multi30k, raw_prefixes
+from aiayn.recipes.multi30k import OPTIONS, prepare_multi30k, raw_prefixes
 from aiayn.train.checkpoints import checkpoints_dir, step_checkpoints
 from aiayn.train.trainer import train
 from aiayn.translate import Translator
@@ -47,7 +48,7 @@ def main() -> None:
     parser.add_argument("--raw", type=Path, default=SHARED)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-multi30k")
     parser.add_argument("--minutes", type=float, default=None, help="training time limit")
-    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--vocab-size", type=int, default=OPTIONS.vocab_size)
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args()
 
@@ -55,7 +56,8 @@ def main() -> None:
     start = time.monotonic()
     shutil.rmtree(args.out, ignore_errors=True)
     data_dir = args.out / "data"
-    prepare_multi30k(args.raw, data_dir, vocab_size=args.vocab_size, quiet=True)
+    options = dataclasses.replace(OPTIONS, vocab_size=args.vocab_size, quiet=True)
+    prepare_multi30k(args.raw, data_dir, options)
     timings["prepare_s"] = round(time.monotonic() - start, 1)
 
     overrides = [f"data.dir={data_dir}", f"train.out_dir={args.out / 'train'}", *args.overrides]

@@ -54,17 +54,13 @@ def write_corpus(prefix: Path, n_pairs: int, seed: int) -> None:
 def child(workdir: Path, workers: int) -> None:
     """Run `prepare` once (the measured process)."""
     from aiayn.data.prepare import prepare
+    from aiayn.data.prepare_options import PrepareOptions
 
     start = time.perf_counter()
-    manifest = prepare(
-        train=workdir / "train",
-        valid=workdir / "valid",
-        vocab_size=8000,
-        out=workdir / "out",
-        workers=workers,
-        vocab_sample_sentences=300_000,
-        quiet=True,
-    )
+    options = PrepareOptions(vocab_size=8000, workers=workers, vocab_sample_sentences=300_000,
+                             quiet=True)  # fmt: skip
+    manifest = prepare(train=workdir / "train", valid=workdir / "valid", out=workdir / "out",
+                       options=options)  # fmt: skip
     seconds = time.perf_counter() - start
     train = manifest["splits"]["train"]
     tokens = train["src_tokens"] + train["tgt_tokens"]

@@ -49,7 +49,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode, register_flop_formula
 
 from aiayn.config import ModelConfig, TrainConfig
-from aiayn.data.batching import chunk_by_tokens, collate
+from aiayn.data.batching import collate, token_batches
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from aiayn import fast
 from aiayn.fast.attention import kernel_preference
@@ -73,7 +73,7 @@ def make_batches(n_batches: int, max_tokens: int, seed: int, vocab: int = VOCAB)
     src_len = rng.integers(10, 45, 20000)
     tgt_len = np.clip(src_len + rng.integers(-3, 4, src_len.size), 5, None)
     order = np.lexsort((src_len, tgt_len))  # by target length, then source length
-    chunks = chunk_by_tokens(order, src_len + 1, tgt_len + 1, max_tokens)
+    chunks = token_batches(order, [src_len + 1, tgt_len + 1], max_tokens)
     picked = rng.choice(len(chunks), n_batches, replace=False)
     return [
         collate([(rng.integers(4, vocab, src_len[i]), rng.integers(4, vocab, tgt_len[i]))

@@ -47,15 +47,15 @@ import time
 
 import torch
 
+from aiayn import fast
 from aiayn.config import ModelConfig
+from aiayn.data.batching import longest_first_batches
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from aiayn.decode.search import run_search
 from aiayn.decode.strategy import BeamStrategy
-from aiayn import fast
 from aiayn.fast.int8 import cross_store_dtype, quantize_int8
 from aiayn.fast.search import FastSearch
 from aiayn.model.transformer import Transformer
-from aiayn.translate import token_batches
 from peer_models import marian_from, save_ct2, token_strings
 
 VOCAB, BEAM, ALPHA = 8000, 4, 0.6
@@ -73,7 +73,7 @@ def sources(n: int, seed: int) -> list[list[int]]:
 def groups(sents: list[list[int]], max_tokens: int, batch_size: int | None) -> list[list[int]]:
     """Sentence indices per batch: token batches, each cut into at most `batch_size`."""
     out = []
-    for batch in token_batches([len(s) for s in sents], max_tokens):
+    for batch in longest_first_batches([len(s) for s in sents], max_tokens):
         step = batch_size or len(batch)
         out.extend(batch[i : i + step] for i in range(0, len(batch), step))
     return out

@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 
 from aiayn.data.batching import (
     TokenBatchSampler,
-    chunk_by_tokens,
     collate,
     iterate_batches,
+    longest_first_batches,
     split_to_multiple,
+    token_batches,
 )
 from aiayn.errors import DataError
 
@@ -126,10 +127,38 @@ def test_split_to_multiple_keeps_every_example() -> None:
     assert len(split) == 4 and np.concatenate(split).tolist() == list(range(9))
 
 
-def test_chunk_by_tokens_counts_the_longest_member() -> None:
+def test_token_batches_count_the_longest_member_of_either_side() -> None:
     sizes = np.array([2, 2, 2, 5])
-    batches = chunk_by_tokens(np.arange(4), sizes, sizes, max_tokens=8)
+    batches = token_batches(np.arange(4), [sizes, sizes], max_tokens=8)
     assert [b.tolist() for b in batches] == [[0, 1, 2], [3]]  # 4 * 5 > 8, 3 * 2 <= 8
+    src, tgt = np.array([1, 1, 1, 1]), np.array([1, 1, 3, 1])  # the target is the wider side
+    assert [b.tolist() for b in token_batches(np.arange(4), [src, tgt], 8)] == [[0, 1], [2, 3]]
+    assert [b.tolist() for b in token_batches(np.arange(4), [src], 8)] == [[0, 1, 2, 3]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(sizes=st.lists(st.integers(1, 30), max_size=30), max_tokens=st.integers(1, 40))
+def test_token_batches_cover_every_example_once_and_hold_the_budget(sizes, max_tokens) -> None:
+    sizes = np.array(sizes, dtype=np.int64)
+    order = np.random.default_rng(len(sizes)).permutation(len(sizes))
+    batches = token_batches(order, [sizes], max_tokens)
+    assert np.concatenate([order[:0], *batches]).tolist() == order.tolist()  # in order, once
+    for batch in batches:
+        assert len(batch) >= 1  # an example over the budget goes alone, never in an empty one
+        assert len(batch) == 1 or len(batch) * sizes[batch].max() <= max_tokens
+
+
+def test_longest_first_batches_for_decoding() -> None:
+    lengths = [5, 1, 9, 3, 3, 20, 2]
+    batches = longest_first_batches(lengths, max_tokens=10)
+    assert sorted(i for b in batches for i in b) == list(range(7))
+    for batch in batches:
+        longest = max(lengths[i] for i in batch)
+        assert len(batch) == 1 or longest * len(batch) <= 10
+        assert lengths[batch[0]] == longest  # sorted: the first is the longest
+    assert batches[0] == [5]  # 20 > budget: alone
+    assert longest_first_batches([3, 3, 3], 9) == [[0, 1, 2]]  # ties keep the input order
+    assert longest_first_batches([], 9) == []
 
 
 def test_an_example_over_the_budget_is_refused_at_construction() -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.binarize import BinarizedDataset, load_vocabs
+from aiayn.data.prepare_options import PrepareOptions
 from aiayn.data.vocab import UNK_ID
 from aiayn.recipes.multi30k import prepare_multi30k
 
@@ -24,9 +25,9 @@ pytestmark = pytest.mark.skipif(
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("multi30k") / "prepared"
     # 8000 joint pieces as the recipe; a 20k-sentence sample of the 58k keeps this quick.
-    prepare_multi30k(
-        MULTI30K, out, vocab_size=8000, vocab_sample_sentences=20_000, workers=2, quiet=True
-    )
+    options = PrepareOptions(vocab_size=8000, vocab_sample_sentences=20_000, workers=2,
+                             quiet=True)  # fmt: skip
+    prepare_multi30k(MULTI30K, out, options)
     return out
 
 

@@ -14,6 +14,7 @@ import pytest
 from aiayn.cli import main
 from aiayn.data.binarize import BinarizedDataset, check_vocab, load_vocabs
 from aiayn.data.prepare import prepare
+from aiayn.data.prepare_options import PrepareOptions
 from aiayn.errors import DataError
 
 WORDS = "the a cat dog sat on mat house tree green red big small runs over with and man".split()
@@ -47,16 +48,10 @@ def run(corpus: Path, *extra: str, out: str = "out") -> int:
     return main(args)
 
 
-def small_prepare(corpus: Path, **options: object) -> dict:
-    return prepare(
-        train=corpus / "train",
-        valid=corpus / "valid",
-        vocab_size=300,
-        out=corpus / "out",
-        workers=1,
-        quiet=True,
-        **options,  # type: ignore[arg-type]
-    )
+def small_prepare(corpus: Path, **changes: object) -> dict:
+    options = PrepareOptions(vocab_size=300, workers=1, quiet=True, **changes)  # type: ignore
+    return prepare(train=corpus / "train", valid=corpus / "valid", out=corpus / "out",
+                   options=options)  # fmt: skip
 
 
 def test_prepared_directory_layout_and_manifest(corpus: Path, capsys) -> None:

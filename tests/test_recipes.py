@@ -3,6 +3,7 @@ with fakes standing in for HuggingFace `datasets`, sacrebleu's test sets and the
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import random
@@ -14,6 +15,7 @@ import pytest
 
 from aiayn.cli import main
 from aiayn.data.binarize import BinarizedDataset, load_vocabs
+from aiayn.data.prepare_options import PrepareOptions
 from aiayn.errors import AiaynError, DataError
 from aiayn.recipes import multi30k, wmt14
 
@@ -69,7 +71,8 @@ def test_wmt14_fetch_then_prepare_offline(tmp_path: Path) -> None:
     raw = wmt14.fetch(task, tmp_path / "raw", train_rows=rows(150), files=files)
     assert files.calls == [("wmt13", "en-de"), ("wmt14/full", "en-de")]
     out = tmp_path / "out"
-    manifest = wmt14.prepare_from_raw(task, raw, out, vocab_size=300, workers=1, quiet=True)
+    options = dataclasses.replace(task.options, vocab_size=300, workers=1, quiet=True)
+    manifest = wmt14.prepare_from_raw(task, raw, out, options)
     assert manifest["filters"]["max_tokens_per_side"] == 250
     assert manifest["filters"]["max_len_ratio"] == 1.5
     assert set(manifest["splits"]) == {"train", "valid", "test"}
@@ -102,6 +105,13 @@ def test_cli_wmt14_from_raw_text(tmp_path: Path, capsys) -> None:
     assert (manifest["src_lang"], manifest["tgt_lang"]) == ("en", "fr")
     assert main([*args, "--src", "de", "--force"]) == 2
     assert "fixes the languages" in capsys.readouterr().err
+    # the recipe's own filter and vocabulary, with what the command line changes
+    assert main([*args, "--vocab-size", "300", "--max-tokens-per-side", "40", "--seed", "5",
+                 "--workers", "1", "--quiet", "--force"]) == 0  # fmt: skip
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["filters"]["max_tokens_per_side"] == 40
+    assert manifest["filters"]["max_len_ratio"] == wmt14.MAX_LEN_RATIO
+    assert (manifest["vocab"]["src"]["size"], manifest["vocab"]["seed"]) == (300, 5)
 
 
 def write_multi30k(raw: Path) -> Path:
@@ -125,9 +135,8 @@ def test_multi30k_from_local_files(tmp_path: Path) -> None:
 
 def test_multi30k_reversed_direction_and_missing_files(tmp_path: Path) -> None:
     raw = write_multi30k(tmp_path / "raw")
-    manifest = multi30k.prepare_multi30k(
-        raw, tmp_path / "out", src="de", tgt="en", vocab_size=300, workers=1, quiet=True
-    )
+    options = PrepareOptions(src="de", tgt="en", vocab_size=300, workers=1, quiet=True)
+    manifest = multi30k.prepare_multi30k(raw, tmp_path / "out", options)
     assert (manifest["src_lang"], manifest["tgt_lang"]) == ("de", "en")
     (raw / "val.de.gz").unlink()
     with pytest.raises(DataError, match=r"missing Multi30k files: val\.de\.gz"):

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from aiayn.config import Config, apply_overrides
+from aiayn.data.prepare_options import PrepareOptions
 from aiayn.recipes.multi30k import prepare_multi30k
 from aiayn.train import distributed
 from aiayn.train.trainer import Trainer, train
@@ -27,8 +28,9 @@ pytestmark = [
 
 def test_a_small_model_learns_multi30k_in_a_minute_and_a_half(tmp_path: Path) -> None:
     data = tmp_path / "prepared"
-    prepare_multi30k(MULTI30K, data, vocab_size=4000, vocab_sample_sentences=20_000, workers=1,
-                     quiet=True)  # fmt: skip
+    options = PrepareOptions(vocab_size=4000, vocab_sample_sentences=20_000, workers=1,
+                             quiet=True)  # fmt: skip
+    prepare_multi30k(MULTI30K, data, options)
     config = apply_overrides(Config(), [
         f"data.dir={data}", f"train.out_dir={tmp_path / 'run'}", "train.device=cpu",
         "model.d_model=128", "model.n_heads=4", "model.d_ff=256", "model.n_layers=2",

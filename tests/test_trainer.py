@@ -220,13 +220,14 @@ def test_examples_the_run_could_not_take_later_are_refused_before_it_starts(tmp_
 
     from aiayn.data.demo_corpus import demo_splits, write_splits
     from aiayn.data.prepare import prepare
+    from aiayn.data.prepare_options import PrepareOptions
 
     splits = demo_splits(n_train=200, n_valid=10, n_test=1, seed=3)
     long = (" ".join(["the cat sat on the mat"] * 12), " ".join(["die Katze sitzt"] * 12))
     raw = write_splits(dataclasses.replace(splits, valid=[*splits.valid, long]), tmp_path / "raw")
     data = tmp_path / "data"
-    prepare(train=raw["train"], valid=raw["valid"], vocab_size=400, out=data, workers=1,
-            quiet=True)  # fmt: skip
+    prepare(train=raw["train"], valid=raw["valid"], out=data,
+            options=PrepareOptions(vocab_size=400, workers=1, quiet=True))  # fmt: skip
     with pytest.raises(DataError, match=r"valid example 10 \(line 11\) has \d+ src positions .*"
                        r"more than data.max_tokens=60"):  # fmt: skip
         train(tiny_config(data, tmp_path / "a", "data.max_tokens=60"))

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from aiayn.cli import main
 from aiayn.errors import ConfigError
-from aiayn.translate import Translator, one_line, token_batches, translate_stream
+from aiayn.translate import Translator, one_line, translate_stream
 from tiny_checkpoint import save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
 
@@ -32,17 +32,6 @@ LINES = [
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     return save_tiny_checkpoint(tmp_path_factory.mktemp("translate") / "ckpt")
-
-
-def test_token_batches_respect_the_budget_and_cover_every_sentence_once():
-    lengths = [5, 1, 9, 3, 3, 20, 2]
-    batches = token_batches(lengths, max_tokens=10)
-    assert sorted(i for b in batches for i in b) == list(range(7))
-    for batch in batches:
-        longest = max(lengths[i] for i in batch)
-        assert len(batch) == 1 or longest * len(batch) <= 10
-        assert lengths[batch[0]] == longest  # sorted: the first is the longest
-    assert batches[0] == [5]  # 20 > budget: alone
 
 
 def test_cli_writes_one_line_per_input_line(ckpt, tmp_path):

@@ -13,6 +13,7 @@ import torch
 from aiayn.config import Config, apply_overrides
 from aiayn.data.demo_corpus import DemoSplits, demo_splits, write_splits
 from aiayn.data.prepare import prepare
+from aiayn.data.prepare_options import PrepareOptions
 from conftest import tiny_model_config
 
 
@@ -32,8 +33,8 @@ def _prepared(root: str, n_train: int) -> Path:
         return out
     splits: DemoSplits = demo_splits(n_train=n_train, n_valid=40, n_test=1, seed=7)
     raw = write_splits(splits, Path(root) / "raw")
-    prepare(train=raw["train"], valid=raw["valid"], vocab_size=400, out=out, workers=1,
-            quiet=True)  # fmt: skip
+    prepare(train=raw["train"], valid=raw["valid"], out=out,
+            options=PrepareOptions(vocab_size=400, workers=1, quiet=True))  # fmt: skip
     return out
 
 

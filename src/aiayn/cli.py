@@ -10,11 +10,11 @@ import argparse
 import json
 import os
 import signal
-import stat
 import sys
 import warnings
 
-from aiayn.errors import AiaynError, ConfigError, DataError
+from aiayn.data.prepare_options import PrepareOptions, default
+from aiayn.errors import AiaynError, ConfigError, DataError, out_of_memory_message
 
 
 REFERENCE_HELP = "the core alone, without the fast path (aiayn.fast): the code as the paper writes it"
@@ -99,33 +99,37 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--valid", metavar="PREFIX", help="validation pairs (never filtered)")
     p.add_argument("--test", metavar="PREFIX", help="test pairs (never filtered)")
     p.add_argument("--tsv", metavar="FILE", help="training pairs as one two-column TSV")
-    p.add_argument("--src", help="source language suffix (default: en)")
-    p.add_argument("--tgt", help="target language suffix (default: de)")
+    p.add_argument("--src", help=f"source language suffix (default: {default('src')})")
+    p.add_argument("--tgt", help=f"target language suffix (default: {default('tgt')})")
     p.add_argument("--vocab-size", type=int, metavar="N", help="BPE vocabulary size")
     p.add_argument(
         "--separate-vocabs", action="store_true",
         help="one vocabulary per language (the paper shares one; embeddings are then untied)",
     )
-    p.add_argument("--max-tokens-per-side", type=int, metavar="N", help="training filter (250)")
+    p.add_argument("--max-tokens-per-side", type=int, metavar="N",
+                   help=f"training filter ({default('max_tokens_per_side')})")
     p.add_argument("--max-len-ratio", type=float, metavar="R", help="training filter (off)")
     p.add_argument("--workers", type=int, metavar="N", help="encoding processes (all cores)")
-    p.add_argument("--vocab-sample", type=int, metavar="N", help="vocabulary training sample")
-    p.add_argument("--seed", type=int, help="seed of the vocabulary sample (1)")
+    p.add_argument("--vocab-sample", type=int, metavar="N",
+                   help=f"vocabulary training sample ({default('vocab_sample_sentences'):,})")
+    p.add_argument("--seed", type=int, help=f"seed of the vocabulary sample ({default('seed')})")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars, no report")
     p.set_defaults(run=_run_prepare)
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     given = {
         "vocab_size": args.vocab_size, "src": args.src, "tgt": args.tgt,
         "max_tokens_per_side": args.max_tokens_per_side, "max_len_ratio": args.max_len_ratio,
         "workers": args.workers, "vocab_sample_sentences": args.vocab_sample, "seed": args.seed,
     }  # fmt: skip
-    options = {key: value for key, value in given.items() if value is not None}
-    options.update(overwrite=args.force, quiet=args.quiet)
+    changes = {key: value for key, value in given.items() if value is not None}
+    changes.update(overwrite=args.force, quiet=args.quiet)
     if args.separate_vocabs:
-        options["joint_vocab"] = False
+        changes["joint_vocab"] = False
     own_files = [args.train, args.tsv, args.valid, args.test]
     if args.recipe is None:
         from aiayn.data.prepare import prepare
@@ -134,20 +138,22 @@ def _run_prepare(args: argparse.Namespace) -> int:
         if args.valid is None or args.vocab_size is None or not one_train:
             raise ConfigError("give --train PREFIX (or --tsv FILE), --valid PREFIX, --vocab-size N")
         splits = {"train": args.train, "tsv": args.tsv, "valid": args.valid, "test": args.test}
-        prepare(**splits, out=args.out, **options)
+        prepare(**splits, out=args.out, options=PrepareOptions(**changes))
     elif any(f is not None for f in own_files):
         raise ConfigError(f"{args.recipe} reads its own files; drop --train/--valid/--test/--tsv")
     elif args.recipe == "multi30k":
         from aiayn.recipes import multi30k
 
+        options = replace(multi30k.OPTIONS, **changes)  # checked before any download
         raw = args.from_dir or multi30k.download(f"{args.out}-raw")
-        multi30k.prepare_multi30k(raw, args.out, **options)
+        multi30k.prepare_multi30k(raw, args.out, options)
     else:
         from aiayn.recipes import wmt14
 
         if args.src or args.tgt:
             raise ConfigError(f"{args.recipe} fixes the languages; drop --src/--tgt")
-        wmt14.prepare_wmt14(args.recipe, args.out, raw_dir=args.from_dir, **options)
+        options = replace(wmt14.task(args.recipe).options, **changes)
+        wmt14.prepare_wmt14(args.recipe, args.out, raw_dir=args.from_dir, options=options)
     return 0
 
 
@@ -266,13 +272,14 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
 
 def _run_translate(args: argparse.Namespace) -> int:
     from aiayn.data.corpus import decode_utf8
+    from aiayn.outfile import AtomicOutput, refuse_output_among_inputs
     from aiayn.translate import translate_stream
 
     if args.checkpoint is None:
         raise ConfigError("give --checkpoint DIR")
     if args.chunk_lines is not None and args.chunk_lines < 1:
         raise ConfigError(f"--chunk-lines must be at least 1, got {args.chunk_lines}")
-    _refuse_output_among_inputs(args.output, args.input)
+    refuse_output_among_inputs(args.output, args.input)
     translator = _translator(args, args.nbest)
     # Bytes, decoded line by line: invalid UTF-8 is named by its line (and under a C or POSIX
     # locale never reaches the model as surrogates, as Python's stdin would pass it). A stdin
@@ -286,57 +293,14 @@ def _run_translate(args: argparse.Namespace) -> int:
         raw if isinstance(raw, str) else decode_utf8(raw, args.input or "stdin", n)
         for n, raw in enumerate(source, start=1)
     )  # fmt: skip
-    out, written = _Output(args.output), False
     chunk = args.chunk_lines or (1 if source.isatty() else 256)
     try:
-        translate_stream(translator, lines, out.handle, chunk, nbest=args.nbest is not None)
-        written = True
+        with AtomicOutput(args.output) as out:
+            translate_stream(translator, lines, out.handle, chunk, nbest=args.nbest is not None)
     finally:
         if source is not stdin:
             source.close()
-        out.close(written)
     return 0
-
-
-class _Output:
-    """Where `translate` writes: stdout, or the file `path`. A regular file (or one a link
-    points to) is written under a temporary name beside it and renamed over it, with its
-    mode, once every line is written, so that bad input or Ctrl-C halfway leaves an existing
-    file as it was (and a new one absent). Anything else (/dev/stdout, a pipe, a file in a
-    folder where nothing new may be created) is written as it is."""
-
-    def __init__(self, path: str | None) -> None:
-        self.path, self.tmp, self.created = path, None, False
-        if path is None:
-            self.handle = sys.stdout
-            return
-        existed = os.path.exists(path)
-        open(path, "a", encoding="utf-8").close()  # cannot be written: fails now, naming it
-        self.created = not existed
-        real = os.path.realpath(path)  # a link's target is replaced, the link kept
-        info = os.stat(real)
-        if stat.S_ISREG(info.st_mode) and not real.startswith(("/dev/", "/proc/")):
-            folder, name = os.path.split(real)
-            tmp = os.path.join(folder, f".{name}.tmp-{os.getpid()}")
-            try:
-                self.handle = open(tmp, "w", encoding="utf-8", newline="\n")
-                os.chmod(tmp, stat.S_IMODE(info.st_mode))
-                self.tmp, self.real = tmp, real
-                return
-            except OSError:  # a folder that takes no new files: write the file itself
-                pass
-        self.handle = open(path, "w", encoding="utf-8", newline="\n")
-
-    def close(self, complete: bool) -> None:
-        if self.path is None:
-            return
-        self.handle.close()
-        if self.tmp is not None and complete:
-            os.replace(self.tmp, self.real)
-        elif self.tmp is not None:
-            os.remove(self.tmp)
-            if self.created:
-                os.remove(self.path)
 
 
 def _add_evaluate(sub: argparse._SubParsersAction) -> None:
@@ -364,10 +328,11 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from aiayn.evaluate import format_report, read_lines, score
+    from aiayn.outfile import refuse_output_among_inputs
 
     if (args.hyp is None) == (args.checkpoint is None) or (args.checkpoint and not args.src):
         raise ConfigError("give either --checkpoint DIR --src FILE, or --hyp FILE")
-    _refuse_output_among_inputs(args.hyp_out, args.src, args.ref, args.hyp)
+    refuse_output_among_inputs(args.hyp_out, args.src, args.ref, args.hyp)
     if args.hyp_out:
         # An --hyp-out that cannot be written fails before translating; opened to append, so
         # that a run failing later leaves an existing file as it was.
@@ -394,15 +359,6 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     report = score(hyps, refs, lang)
     print(json.dumps(report) if args.json else format_report(report))
     return 0
-
-
-def _refuse_output_among_inputs(output: str | None, *inputs: str | None) -> None:
-    """An output file that is also an input would be emptied before it is read."""
-    if output is None or not os.path.exists(output):
-        return
-    for name in inputs:
-        if name is not None and os.path.exists(name) and os.path.samefile(output, name):
-            raise ConfigError(f"{output}: is also an input ({name}); write the output elsewhere")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -456,23 +412,14 @@ def _run_command(args: argparse.Namespace) -> int:
         print(f"aiayn {args.command}: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except (MemoryError, RuntimeError) as err:  # torch's CPU and CUDA allocators raise these
-        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        if not isinstance(err, MemoryError) and not _out_of_memory(text):
+        message = out_of_memory_message(err, args.command)
+        if message is None:
             raise
-        lower = {"translate": "--max-tokens or --beam", "evaluate": "--max-tokens or --beam",
-                 "train": "data.max_tokens (train.update_tokens keeps the batch per update)"}
-        advice = f"; lower {lower[args.command]}" if args.command in lower else ""
-        print(f"aiayn {args.command}: error: not enough memory ({text}){advice}", file=sys.stderr)
+        print(f"aiayn {args.command}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # `train` saves on the first Ctrl-C; this is a second one
         print(f"aiayn {args.command}: interrupted", file=sys.stderr)
         return 128 + signal.SIGINT
-
-
-def _out_of_memory(message: str) -> bool:
-    """Whether a RuntimeError's message is an allocator's (CPU: "can't allocate memory",
-    CUDA: "out of memory")."""
-    return "can't allocate memory" in message or "out of memory" in message.lower()
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from aiayn.average import average_checkpoints
 from aiayn.config import Config, apply_overrides
 from aiayn.data.demo_corpus import demo_splits, write_splits
 from aiayn.data.prepare import prepare
+from aiayn.data.prepare_options import PrepareOptions
 from aiayn.errors import ConfigError
 from aiayn.evaluate import score
 from aiayn.train.checkpoints import checkpoints_dir, step_checkpoints
@@ -81,10 +82,9 @@ def run_demo(
         f"{len(splits.test)} test English->German pairs, generated offline")
     prefixes = write_splits(splits, out / "corpus")
     data_dir = out / "data"
-    prepare(
-        train=prefixes["train"], valid=prefixes["valid"], test=prefixes["test"], src="en",
-        tgt="de", vocab_size=1000 if fast else 2000, out=data_dir, overwrite=True, quiet=True,
-    )  # fmt: skip
+    options = PrepareOptions(vocab_size=1000 if fast else 2000, overwrite=True, quiet=True)
+    prepare(train=prefixes["train"], valid=prefixes["valid"], test=prefixes["test"],
+            out=data_dir, options=options)  # fmt: skip
     say(f"[2/4] joint BPE vocabulary and binarized shards in {data_dir}")
     config = demo_config(data_dir, out, fast, reference)
     say(f"[3/4] training a {config.model.n_layers}+{config.model.n_layers}-layer Transformer, "

@@ -6,9 +6,10 @@
     translator.translate_nbest(["..."])                     # -> [[(text, score), ...]]
 
 Sentences are encoded with the checkpoint's vocabulary, sorted by length and grouped into
-batches of at most `max_tokens` source tokens (padding included) so that similar lengths
-decode together; results come back in the input order. Beam search settings default to the
-checkpoint's `decode` config (the paper's beam 4, alpha 0.6, input + 50).
+batches of at most `max_tokens` source tokens (padding included; the one batcher of
+`aiayn.data.batching`) so that similar lengths decode together; results come back in the
+input order. Beam search settings default to the checkpoint's `decode` config (the paper's
+beam 4, alpha 0.6, input + 50).
 
 By default a Translator runs the fast path (`aiayn.fast`): the model's fast pieces, and a
 search whose cache memory is kept from one batch (and call) to the next on a CPU
@@ -29,6 +30,7 @@ import torch
 
 from aiayn.checkpoint import load_checkpoint
 from aiayn.config import DecodeConfig
+from aiayn.data.batching import longest_first_batches
 from aiayn.data.vocab import Vocab
 from aiayn.decode.search import beam_search, greedy_search, output_limits
 from aiayn.decode.strategy import Hypothesis
@@ -49,22 +51,6 @@ def parse_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
     if dtype not in DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     return DTYPES[dtype]
-
-
-def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
-    """Indices grouped into batches of at most `max_tokens` padded tokens, longest first.
-
-    A batch costs (its size) x (its longest length); a sentence longer than `max_tokens`
-    goes alone. Sorting by length keeps padding small (as fairseq's `max_tokens` does).
-    """
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches: list[list[int]] = []
-    for i in order:  # lengths only fall, so the first of a batch is its longest
-        if batches and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= max_tokens:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
 
 
 class Translator:
@@ -151,7 +137,7 @@ class Translator:
         ids = self._encode([texts[i] for i in todo])
         found: dict[int, list[Hypothesis]] = {}
         capped = 0  # sentences whose maximum output length is at most min_len tokens
-        for batch in token_batches([len(x) for x in ids], self.max_tokens):
+        for batch in longest_first_batches([len(x) for x in ids], self.max_tokens):
             src = torch.full((len(batch), len(ids[batch[0]])), self.model.config.pad_id)
             for row, j in enumerate(batch):
                 src[row, : len(ids[j])] = torch.tensor(ids[j])

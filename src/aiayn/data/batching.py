@@ -17,9 +17,13 @@ cutting keeps padding small (a few percent), and the batch *order* is shuffled w
 recorded seed (`seed + epoch`), so each epoch differs and any epoch can be replayed.
 
 Decisions, stated once:
-- An example that alone exceeds `max_tokens` is an error at construction (with its index
-  and length), never silently dropped: the length filter of `aiayn prepare` is the place to
-  drop long pairs, and counts them.
+- One batcher, `token_batches`, cuts every order into batches: the training sampler's and
+  the dev loss's (sorted by target, then source size), and, through `longest_first_batches`,
+  translation's and dev BLEU's (longest source first).
+- In training, an example that alone exceeds `max_tokens` is an error at the sampler's
+  construction (with its index and length), never silently dropped: the length filter of
+  `aiayn prepare` is the place to drop long pairs, and counts them. Translation cannot
+  drop a line: such a sentence is decoded in a batch of its own.
 - Distributed ranks: rank r takes batches r, r + w, r + 2w, ... of the shuffled epoch. So
   that every rank gets the same number of batches without dropping or repeating examples,
   the remainder is removed by splitting the largest batches (by sentence count) in two
@@ -96,26 +100,37 @@ def collate(
     )
 
 
-def chunk_by_tokens(
-    order: np.ndarray, src_sizes: np.ndarray, tgt_sizes: np.ndarray, max_tokens: int
+def token_batches(
+    order: np.ndarray, sizes: Sequence[np.ndarray], max_tokens: int
 ) -> list[np.ndarray]:
-    """Cut `order` greedily into batches whose count * longest size is <= max_tokens per side.
+    """Cut `order` greedily into batches whose count * longest size is <= max_tokens on
+    every side; the one batcher of training, dev loss and BLEU, and translation.
 
-    Sizes include the specials. Assumes no single example exceeds the budget.
+    `sizes`: one array per side (source, or source and target), indexed by example, with
+    the specials. An example alone over the budget goes alone (the sampler refuses those
+    up front; translation decodes them).
     """
     batches: list[np.ndarray] = []
-    start, longest_src, longest_tgt = 0, 0, 0
-    src_list, tgt_list = src_sizes[order].tolist(), tgt_sizes[order].tolist()
-    for pos, (s, t) in enumerate(zip(src_list, tgt_list)):
-        new_src, new_tgt = max(longest_src, s), max(longest_tgt, t)
-        count = pos - start + 1
-        if count * new_src > max_tokens or count * new_tgt > max_tokens:
+    widest = np.maximum.reduce([np.asarray(side)[order] for side in sizes]).tolist()
+    start, longest = 0, 0  # first position of the open batch, its longest size on any side
+    for pos, size in enumerate(widest):
+        grown = max(longest, size)
+        if pos > start and (pos - start + 1) * grown > max_tokens:
             batches.append(order[start:pos])
-            start, new_src, new_tgt = pos, s, t
-        longest_src, longest_tgt = new_src, new_tgt
+            start, grown = pos, size
+        longest = grown
     if start < len(order):
         batches.append(order[start:])
     return batches
+
+
+def longest_first_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices of `lengths` (source sizes, eos included) in token batches, longest first:
+    the order in which sentences are decoded, so that similar lengths share a batch and
+    the first of each batch is its longest (as fairseq's `max_tokens` does)."""
+    sizes = np.asarray(lengths, dtype=np.int64).reshape(-1)  # (n_sentences,)
+    order = np.argsort(-sizes, kind="stable")  # ties keep the input order
+    return [batch.tolist() for batch in token_batches(order, [sizes], max_tokens)]
 
 
 def split_to_multiple(batches: list[np.ndarray], world_size: int) -> list[np.ndarray]:
@@ -188,7 +203,7 @@ class TokenBatchSampler:
         step = self.bucket_size or max(n, 1)
         buckets = [self._sort(order[i : i + step]) for i in range(0, n, step)]
         order = np.concatenate(buckets) if buckets else order
-        batches = chunk_by_tokens(order, self.src_sizes, self.tgt_sizes, self.max_tokens)
+        batches = token_batches(order, [self.src_sizes, self.tgt_sizes], self.max_tokens)
         batches = split_to_multiple(batches, self.world_size)
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]

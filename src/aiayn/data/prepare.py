@@ -13,7 +13,6 @@ so an error (a bad line in the last file, Ctrl-C) never leaves a partial OUT beh
 
 from __future__ import annotations
 
-import math
 import shutil
 import sys
 import tempfile
@@ -34,8 +33,9 @@ from aiayn.data.corpus import (
     read_pairs,
     resolve_split,
 )
+from aiayn.data.prepare_options import PrepareOptions
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, cpu_threads
-from aiayn.errors import ConfigError, DataError
+from aiayn.errors import DataError
 
 ROUNDTRIP_CHECK_LINES = 2000
 
@@ -45,19 +45,9 @@ def prepare(
     train: str | Path | None = None,
     valid: str | Path,
     test: str | Path | None = None,
-    src: str = "en",
-    tgt: str = "de",
-    vocab_size: int,
-    out: str | Path,
     tsv: str | Path | None = None,
-    joint_vocab: bool = True,
-    max_tokens_per_side: int | None = 250,
-    max_len_ratio: float | None = None,
-    workers: int | None = None,
-    vocab_sample_sentences: int = 2_000_000,
-    seed: int = 1,
-    overwrite: bool = False,
-    quiet: bool = False,
+    out: str | Path,
+    options: PrepareOptions,
 ) -> dict:
     """Read, check and filter the corpus, train the BPE vocabulary, binarize every split.
 
@@ -66,30 +56,21 @@ def prepare(
     (subword tokens per side; longer/shorter ratio) apply to training data only: valid and
     test keep every line, so outputs stay aligned with references. Returns the manifest.
     """
-    out = Path(out)
-    _check_options(vocab_size, vocab_sample_sentences, seed, max_tokens_per_side, max_len_ratio,
-                   workers)  # fmt: skip
-    splits = _resolve_splits(train, tsv, valid, test, src, tgt)
-    length_filter = _length_filter(max_tokens_per_side, max_len_ratio)
-    threads = cpu_threads(workers)
-    _check_out(out, overwrite, splits)
+    out, o = Path(out), options
+    splits = _resolve_splits(train, tsv, valid, test, o.src, o.tgt)
+    length_filter = LengthFilter(max_tokens=o.max_tokens_per_side, max_ratio=o.max_len_ratio)
+    threads = cpu_threads(o.workers)
+    _check_out(out, o.overwrite, splits)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; the published directory should not be
-    plan = {
-        "vocab_size": vocab_size,
-        "joint": joint_vocab,
-        "sample_sentences": vocab_sample_sentences,
-        "seed": seed,
-        "threads": threads,
-    }
     try:
-        manifest = _write_prepared(tmp, splits, src, tgt, plan, length_filter, quiet)
-        _publish(tmp, out, overwrite)
+        manifest = _write_prepared(tmp, splits, o, threads, length_filter)
+        _publish(tmp, out, o.overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if not quiet:
+    if not o.quiet:
         print(format_report(manifest, out))
     return manifest
 
@@ -97,20 +78,18 @@ def prepare(
 def _write_prepared(
     tmp: Path,
     splits: dict[str, ParallelFiles],
-    src: str,
-    tgt: str,
-    plan: dict,
+    options: PrepareOptions,
+    threads: int,
     length_filter: LengthFilter,
-    quiet: bool,
 ) -> dict:
     """Vocabulary, shards and manifest, all written into `tmp`; returns the manifest."""
-    vocab_info, src_vocab, tgt_vocab = _train_vocabs(splits, tmp, src, tgt, plan, quiet)
+    vocab_info, src_vocab, tgt_vocab = _train_vocabs(splits, tmp, options, threads)
     manifest = {
         "format": bz.FORMAT,
         "version": bz.FORMAT_VERSION,
         "created_by": f"aiayn {__version__}",
-        "src_lang": src,
-        "tgt_lang": tgt,
+        "src_lang": options.src,
+        "tgt_lang": options.tgt,
         "dtype": bz.token_dtype(max(src_vocab.size, tgt_vocab.size)).name,
         "vocab": vocab_info,
         "filters": {"drop_empty": True, **length_filter.as_dict()},
@@ -119,18 +98,10 @@ def _write_prepared(
     for name, files in splits.items():
         lf = length_filter if name == "train" else LengthFilter()  # keep valid/test aligned
         manifest["splits"][name] = _binarize(
-            name, files, tmp, (src_vocab, tgt_vocab), lf, plan["threads"], quiet
+            name, files, tmp, (src_vocab, tgt_vocab), lf, threads, options.quiet
         )
     bz.write_manifest(tmp, manifest)
     return manifest
-
-
-def _length_filter(max_tokens: int | None, max_ratio: float | None) -> LengthFilter:
-    if max_tokens is not None and max_tokens < 1:
-        raise DataError(f"max_tokens_per_side must be at least 1, got {max_tokens}")
-    if max_ratio is not None and max_ratio < 1:
-        raise DataError(f"max_len_ratio must be at least 1, got {max_ratio}")
-    return LengthFilter(max_tokens=max_tokens, max_ratio=max_ratio)
 
 
 def _resolve_splits(
@@ -144,8 +115,6 @@ def _resolve_splits(
     """Find every split's files up front, so a missing one fails before any work is done."""
     if (train is None) == (tsv is None):
         raise DataError("give the training data as exactly one of a prefix (train) or a TSV file")
-    if src == tgt:
-        raise DataError(f"source and target languages are both {src!r}")
     train_spec = tsv if tsv is not None else train
     assert train_spec is not None
     splits = {"train": resolve_split(train_spec, src, tgt, tsv=tsv is not None)}
@@ -153,22 +122,6 @@ def _resolve_splits(
     if test is not None:
         splits["test"] = resolve_split(test, src, tgt)
     return splits
-
-
-def _check_options(
-    vocab_size: int, sample: int, seed: int, max_tokens: int | None, max_ratio: float | None,
-    workers: int | None,
-) -> None:  # fmt: skip
-    """Refuse impossible options before the corpus is read (sentencepiece would take some,
-    like a negative seed, only after reading it all, and fail with its own message)."""
-    # sentencepiece samples at least 101 sentences (or all, which 0 would mean to it)
-    limits = [("vocab size", vocab_size, 5), ("vocabulary sample", sample, 101), ("seed", seed, 0),
-              ("max tokens per side", max_tokens, 1), ("workers", workers, 1)]  # fmt: skip
-    for what, value, low in limits:
-        if value is not None and not value >= low:
-            raise ConfigError(f"the {what} must be at least {low}, got {value}")
-    if max_ratio is not None and not 1.0 <= max_ratio < math.inf:  # NaN fails too
-        raise ConfigError(f"the max length ratio must be a number >= 1, got {max_ratio}")
 
 
 def _check_out(out: Path, overwrite: bool, splits: dict[str, ParallelFiles]) -> None:
@@ -215,37 +168,39 @@ def _side_sentences(files: ParallelFiles, sides: tuple[int, ...], bar: tqdm) -> 
 
 
 def _train_vocabs(
-    splits: dict[str, ParallelFiles], tmp: Path, src: str, tgt: str, options: dict, quiet: bool
+    splits: dict[str, ParallelFiles], tmp: Path, options: PrepareOptions, threads: int
 ) -> tuple[dict, Vocab, Vocab]:
     """Train the joint vocabulary (or one per language) on the training split and save it."""
-    plan = {"joint": ((0, 1),)} if options["joint"] else {src: ((0,),), tgt: ((1,),)}
+    o, src, tgt = options, options.src, options.tgt
+    plan = {"joint": ((0, 1),)} if o.joint_vocab else {src: ((0,),), tgt: ((1,),)}
     trained: dict[str, Vocab] = {}
     for name, (sides,) in plan.items():
-        with tqdm(desc=f"vocab {name}: read", unit=" pairs", file=sys.stderr, disable=quiet) as bar:
+        with tqdm(desc=f"vocab {name}: read", unit=" pairs", file=sys.stderr,
+                  disable=o.quiet) as bar:  # fmt: skip
             trained[name] = Vocab.train(
                 _side_sentences(splits["train"], sides, bar),
-                options["vocab_size"],
-                sample_sentences=options["sample_sentences"],
-                seed=options["seed"],
-                threads=options["threads"],
+                o.vocab_size,
+                sample_sentences=o.vocab_sample_sentences,
+                seed=o.seed,
+                threads=threads,
             )
-    src_vocab = trained["joint"] if options["joint"] else trained[src]
-    tgt_vocab = trained["joint"] if options["joint"] else trained[tgt]
+    src_vocab = trained["joint"] if o.joint_vocab else trained[src]
+    tgt_vocab = trained["joint"] if o.joint_vocab else trained[tgt]
     files = {"src": "vocab.model", "tgt": "vocab.model"}
-    if not options["joint"]:
+    if not o.joint_vocab:
         files = {"src": f"vocab.{src}.model", "tgt": f"vocab.{tgt}.model"}
-    info: dict = {"joint": options["joint"]}
+    info: dict = {"joint": o.joint_vocab}
     for side, vocab, lang in (("src", src_vocab, src), ("tgt", tgt_vocab, tgt)):
-        langs = [src, tgt] if options["joint"] else [lang]
+        langs = [src, tgt] if o.joint_vocab else [lang]
         vocab.save(
             tmp / files[side],
             languages=langs,
-            sample_sentences=options["sample_sentences"],
-            seed=options["seed"],
+            sample_sentences=o.vocab_sample_sentences,
+            seed=o.seed,
         )
         info[side] = {"file": files[side], "sha256": vocab.sha256, "size": vocab.size}
     info.update(pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID)
-    info.update(sample_sentences=options["sample_sentences"], seed=options["seed"])
+    info.update(sample_sentences=o.vocab_sample_sentences, seed=o.seed)
     info["roundtrip_failures"] = _roundtrip_failures(splits["valid"], src_vocab, tgt_vocab)
     return info, src_vocab, tgt_vocab
 

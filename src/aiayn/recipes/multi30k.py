@@ -16,12 +16,14 @@ import urllib.request
 from pathlib import Path
 
 from aiayn.data.prepare import prepare
+from aiayn.data.prepare_options import PrepareOptions
 from aiayn.errors import DataError
 
 BASE_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw"
 SPLITS = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
 LANGS = ("en", "de")
-VOCAB_SIZE = 8000  # joint BPE; ~37k as for WMT would leave most pieces unseen on 29k pairs
+# joint BPE of 8000 pieces; ~37k as for WMT would leave most pieces unseen on 29k pairs
+OPTIONS = PrepareOptions(vocab_size=8000)
 
 
 def raw_prefixes(raw_dir: str | Path) -> dict[str, Path]:
@@ -58,25 +60,13 @@ def download(dest: str | Path, base_url: str = BASE_URL) -> Path:
 
 
 def prepare_multi30k(
-    raw_dir: str | Path,
-    out: str | Path,
-    *,
-    src: str = "en",
-    tgt: str = "de",
-    vocab_size: int = VOCAB_SIZE,
-    **options: object,
+    raw_dir: str | Path, out: str | Path, options: PrepareOptions = OPTIONS
 ) -> dict:
-    """Prepare Multi30k from its raw files (either direction); `options` go to `prepare`."""
-    if {src, tgt} != set(LANGS):
-        raise DataError(f"Multi30k task 1 is en-de: got {src}-{tgt}")
+    """Prepare Multi30k from its raw files, in either direction (`options.src`, `.tgt`)."""
+    if {options.src, options.tgt} != set(LANGS):
+        raise DataError(f"Multi30k task 1 is en-de: got {options.src}-{options.tgt}")
     prefixes = raw_prefixes(raw_dir)
     return prepare(
-        train=prefixes["train"],
-        valid=prefixes["valid"],
-        test=prefixes["test"],
-        src=src,
-        tgt=tgt,
-        vocab_size=vocab_size,
-        out=out,
-        **options,  # type: ignore[arg-type]
-    )
+        train=prefixes["train"], valid=prefixes["valid"], test=prefixes["test"], out=out,
+        options=options,
+    )  # fmt: skip

@@ -29,6 +29,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from aiayn.data.prepare import prepare
+from aiayn.data.prepare_options import PrepareOptions
 from aiayn.errors import AiaynError, DataError
 
 HF_DATASET = "wmt/wmt14"  # the HuggingFace hub name (formerly plain "wmt14")
@@ -46,6 +47,14 @@ class Task:
     vocab_size: int
     valid_set: str = "wmt13"  # newstest2013
     test_set: str = "wmt14/full"  # newstest2014, 3003 sentences
+
+    @property
+    def options(self) -> PrepareOptions:
+        """`prepare`'s options for this task: the paper's vocabulary, fairseq's filter."""
+        return PrepareOptions(
+            vocab_size=self.vocab_size, src=self.src, tgt=self.tgt,
+            max_tokens_per_side=MAX_TOKENS_PER_SIDE, max_len_ratio=MAX_LEN_RATIO,
+        )  # fmt: skip
 
 
 TASKS = {
@@ -149,32 +158,24 @@ def fetch(
     return raw_dir
 
 
-def prepare_from_raw(t: Task, raw_dir: str | Path, out: str | Path, **options: object) -> dict:
-    """Everything after the download: `prepare` with the paper's vocabulary and fairseq's filter.
-
-    `options` override `prepare`'s arguments (e.g. a smaller `vocab_size` for tests).
-    """
+def prepare_from_raw(
+    t: Task, raw_dir: str | Path, out: str | Path, options: PrepareOptions | None = None
+) -> dict:
+    """Everything after the download: `prepare` with `options`, by default `t.options` (the
+    paper's vocabulary and fairseq's filter; tests give a smaller vocabulary)."""
     raw_dir = Path(raw_dir)
-    settings: dict = {
-        "train": raw_dir / "train",
-        "valid": raw_dir / "valid",
-        "test": raw_dir / "test",
-        "src": t.src,
-        "tgt": t.tgt,
-        "vocab_size": t.vocab_size,
-        "joint_vocab": True,
-        "max_tokens_per_side": MAX_TOKENS_PER_SIDE,
-        "max_len_ratio": MAX_LEN_RATIO,
-    }
-    settings.update(options)
-    return prepare(out=out, **settings)
+    return prepare(
+        train=raw_dir / "train", valid=raw_dir / "valid", test=raw_dir / "test", out=out,
+        options=t.options if options is None else options,
+    )  # fmt: skip
 
 
 def prepare_wmt14(
-    name: str, out: str | Path, raw_dir: str | Path | None = None, **options: object
-) -> dict:
+    name: str, out: str | Path, raw_dir: str | Path | None = None,
+    options: PrepareOptions | None = None,
+) -> dict:  # fmt: skip
     """Download (unless `raw_dir` already holds the text) and prepare one WMT14 task."""
     t = task(name)
     raw_dir = Path(raw_dir) if raw_dir is not None else Path(f"{out}-raw")
     fetch(t, raw_dir)
-    return prepare_from_raw(t, raw_dir, out, **options)
+    return prepare_from_raw(t, raw_dir, out, options)

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 import torch
 
 from aiayn.config import TrainConfig
+from aiayn.data.batching import TokenBatchSampler
+from aiayn.train import distributed
 
 
 def noam_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) -> float:
@@ -38,3 +40,16 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], train: TrainConfig) -> 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+def derive_accum_steps(
+    sampler: TokenBatchSampler, update_tokens: int, env: distributed.DistEnv
+) -> int:
+    """Micro-batches per rank so that an update holds about `update_tokens` real target
+    tokens (sec. 5.1: about 25000 per batch), from the mean of the first epoch's batches
+    (padding does not count). Every rank must call it (a sum over ranks)."""
+    batches = sampler.epoch_batches(0)
+    tokens = sum(int(sampler.tgt_sizes[b].sum()) for b in batches)
+    tokens, count = distributed.all_reduce_sum([float(tokens), float(len(batches))], env)
+    per_batch = tokens / max(count, 1.0)
+    return max(1, round(update_tokens / (env.world_size * per_batch)))

@@ -24,23 +24,17 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from aiayn.config import Config, apply_overrides
-from aiayn.errors import ConfigError, TrainingError
 from aiayn import fast
+from aiayn.config import Config, apply_overrides
+from aiayn.data.run_data import RunData, load_run_data
+from aiayn.errors import ConfigError, TrainingError
 from aiayn.fast.attention import kernel_preference
 from aiayn.model.transformer import Transformer
 from aiayn.train import distributed
 from aiayn.train.checkpoints import RunCheckpoints, resume_candidates, step_checkpoints, step_name
 from aiayn.train.monitor import Monitor, format_summary, perplexity
-from aiayn.train.run_state import (
-    LoopState,
-    RunData,
-    collect_state,
-    load_run_data,
-    restore,
-    write_checkpoint,
-)
-from aiayn.train.schedule import make_optimizer, noam_lr, set_lr
+from aiayn.train.run_state import LoopState, TrainingState, collect_state, restore, write_checkpoint
+from aiayn.train.schedule import derive_accum_steps, make_optimizer, noam_lr, set_lr
 from aiayn.train.state import seed_everything
 from aiayn.train.loss import RealTokenLoss
 from aiayn.train.validate import dev_bleu, real_positions, validation_loss
@@ -122,7 +116,7 @@ class Trainer:
         self.env, t = env, config.train
         if Path(t.out_dir).exists() and not Path(t.out_dir).is_dir():
             raise ConfigError(f"train.out_dir={t.out_dir} is a file; it must be a directory")
-        self.data: RunData = load_run_data(config, env)
+        self.data: RunData = load_run_data(config, env.rank, env.world_size)
         self.config = config = self.data.config  # vocabulary sizes taken from the data
         if t.precision == "fp16" and env.device.type != "cuda":
             raise ConfigError("train.precision=fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
@@ -138,11 +132,18 @@ class Trainer:
         self.params = list(self.model.parameters())
         self.optimizer = make_optimizer(self.params, t)
         self.scaler = torch.amp.GradScaler(env.device.type, enabled=t.precision == "fp16")
-        self.state = LoopState(accum_steps=t.accum_steps or self.data.derived_accum_steps)
+        derived = derive_accum_steps(self.data.sampler, t.update_tokens, env)
+        loop = LoopState(accum_steps=t.accum_steps or derived)
+        self.training_state = TrainingState(
+            self.model, self.optimizer, self.scaler, loop, self.data.sampler
+        )
         self.checkpoints = RunCheckpoints(t.out_dir, t.keep_last)
         candidates = None if resume is None else resume_candidates(resume)
         self._refuse_another_runs_dir(candidates)
-        self.resumed_from = None if candidates is None else restore(self, candidates)
+        self.resumed_from = (
+            None if candidates is None
+            else restore(self.training_state, candidates, self.data, env)
+        )  # fmt: skip
         self.forward = self.loss
         if env.distributed:
             self.forward = distributed.wrap_ddp(self.forward, env)
@@ -153,6 +154,11 @@ class Trainer:
         if resumed is not None and resumed.parent.resolve() == self.checkpoints.dir.resolve():
             self.last_saved = resumed
         self.signal: int | None = None
+
+    @property
+    def state(self) -> LoopState:
+        """The loop's counters (a resume replaces them in `training_state`)."""
+        return self.training_state.loop
 
     def _refuse_another_runs_dir(self, candidates: list[Path] | None) -> None:
         """A run's checkpoints in train.out_dir are continued (--resume from that run), never
@@ -388,7 +394,8 @@ class Trainer:
         if state.best_valid_nll is None or stats["nll"] < state.best_valid_nll:
             state.best_valid_nll, state.stale_validations = stats["nll"], 0
             if env.is_main:
-                self.checkpoints.save_best(lambda path: write_checkpoint(self, path, None))
+                run, data = self.training_state, self.data
+                self.checkpoints.save_best(lambda path: write_checkpoint(path, run, data, None))
         else:
             state.stale_validations += 1
         self.monitor.record("valid", state.step, **stats)
@@ -401,10 +408,11 @@ class Trainer:
 
     def _save(self) -> Path:
         """A step checkpoint with trainer state (every rank takes part: RNG states)."""
-        payload = collect_state(self)
+        payload = collect_state(self.training_state, self.env)
         self.last_saved = self.checkpoints.dir / step_name(self.state.step)
         if self.env.is_main:
-            write = lambda path: write_checkpoint(self, path, payload)  # noqa: E731
+            run, data = self.training_state, self.data
+            write = lambda path: write_checkpoint(path, run, data, payload)  # noqa: E731
             self.checkpoints.save_step(self.state.step, write)
             self.monitor.record("checkpoint", self.state.step, path=str(self.last_saved))
         self.clock.last_save = time.monotonic()

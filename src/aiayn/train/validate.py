@@ -16,7 +16,7 @@ import torch
 from sacrebleu.metrics import BLEU
 
 from aiayn.config import DecodeConfig
-from aiayn.data.batching import TokenBatchSampler, collate
+from aiayn.data.batching import TokenBatchSampler, collate, longest_first_batches
 from aiayn.data.binarize import BinarizedDataset
 from aiayn.data.vocab import Vocab
 from aiayn.decode.search import greedy_search
@@ -81,15 +81,12 @@ def dev_bleu(
     was_training = model.training
     model.eval()
     n = min(lines, len(dataset))
-    sampler = TokenBatchSampler(
-        dataset.src_lengths[:n], dataset.tgt_lengths[:n], max_tokens, shuffle=False
-    )
     hyps, refs = [""] * n, [""] * n
-    for indices in sampler.epoch_batches(0):
-        examples = [dataset[int(i)] for i in indices]
+    for indices in longest_first_batches(dataset.src_lengths[:n] + 1, max_tokens):  # + eos
+        examples = [dataset[i] for i in indices]
         src = collate(examples).src.to(device)  # (batch, src_len)
         for i, (_, tgt), hyp in zip(indices, examples, greedy_search(model, src, DecodeConfig())):
-            hyps[int(i)] = vocab.decode(hyp.tokens) if hyp is not None else ""
-            refs[int(i)] = vocab.decode(np.asarray(tgt).tolist())
+            hyps[i] = vocab.decode(hyp.tokens) if hyp is not None else ""
+            refs[i] = vocab.decode(np.asarray(tgt).tolist())
     model.train(was_training)
     return BLEU().corpus_score(hyps, [refs]).score
