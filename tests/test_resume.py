@@ -6,7 +6,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -18,11 +17,11 @@ import torch
 
 import aiayn.checkpoint as checkpoint
 import aiayn.train.run_state as run_state
-from aiayn.checkpoint import load_checkpoint, read_trainer_state, read_weights
+from aiayn.checkpoint import read_trainer_state, read_weights
 from aiayn.cli import main
 from aiayn.config import save_yaml
 from aiayn.errors import ConfigError
-from aiayn.train.checkpoints import resume_candidates, step_checkpoints
+from aiayn.train.checkpoints import resume_candidates, step_checkpoints, step_name
 from aiayn.train.trainer import train
 from tiny_run import one_thread, prepared_data, tiny_config  # noqa: F401 (autouse fixture)
 
@@ -80,57 +79,126 @@ def _newest_step(out: Path) -> int:
     return found[-1][0] if found else 0
 
 
-# Runs `aiayn train` with `aiayn.checkpoint.save_file` slowed down while it writes the
-# trainer state of step 3: the parent kills it in the middle of that checkpoint's write.
-HANG_IN_WRITE = """
-import sys, time
+# `aiayn train ARGS...` that SIGKILLs itself at one chosen moment, installed from outside the
+# library: `python -c KILL_AT MOMENT N ARGS...`. N counts what the moment names.
+KILL_AT = """
+import os, shutil, signal, sys
+from pathlib import Path
 import aiayn.checkpoint as checkpoint
-real = checkpoint.save_file
-def save_file(tensors, filename, *args, **kwargs):
-    real(tensors, filename, *args, **kwargs)
-    if ".step-000003.tmp-" in filename and filename.endswith("trainer_state.safetensors"):
-        open(sys.argv[2], "w").close()
-        time.sleep(600)
-checkpoint.save_file = save_file
+from aiayn.model.transformer import Transformer
+
+moment, n = sys.argv[1], int(sys.argv[2])
+step = f"step-{n:06d}"
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+if moment in ("update", "validation"):  # the n-th forward of this process, training or dev
+    real_encode, calls = Transformer.encode, []
+    def encode(self, *args, **kwargs):
+        if self.training == (moment == "update"):  # the trainer validates in eval mode
+            calls.append(1)
+            if len(calls) == n:
+                die()
+        return real_encode(self, *args, **kwargs)
+    Transformer.encode = encode
+elif moment == "weights":  # half of step n's weights file written
+    real_save = checkpoint.save_file
+    def save_file(tensors, filename, *args, **kwargs):
+        real_save(tensors, filename, *args, **kwargs)
+        if step in filename and filename.endswith(checkpoint.WEIGHTS):
+            os.truncate(filename, os.path.getsize(filename) // 2)
+            die()
+    checkpoint.save_file = save_file
+elif moment == "renames":  # (n unused) best/ moved aside, its replacement not yet renamed into place
+    real_replace = os.replace
+    def replace(src, dst, *args, **kwargs):
+        real_replace(src, dst, *args, **kwargs)
+        if Path(src).name == "best":
+            die()
+    os.replace = replace
+elif moment == "pruning":  # step n's weights deleted, the rest of it not yet
+    real_rmtree = shutil.rmtree
+    def rmtree(path, *args, **kwargs):
+        if Path(path).name in (step, f".{step}.deleting"):
+            (Path(path) / checkpoint.WEIGHTS).unlink()
+            die()
+        real_rmtree(path, *args, **kwargs)
+    shutil.rmtree = rmtree
 from aiayn.cli import main
-sys.exit(main(["train", sys.argv[1]]))
+sys.exit(main(["train", *sys.argv[3:]]))
 """
 
+# dropout on (the RNG matters), 2 micro-batches an update, a save every update (so pruning
+# too: keep_last 2), a validation every 3 (`best/` replaced)
+KILLED = ("model.p_drop=0.1", "train.accum_steps=2", "train.save_every_steps=1",
+          "train.keep_last=2", "train.valid_every_steps=3")  # fmt: skip
 
-def test_sigkill_at_any_moment_leaves_a_resumable_checkpoint(data, tmp_path):
-    out = tmp_path / "run"
-    config = tiny_config(data, out, "train.max_steps=100000", "train.save_every_steps=1",
-                         "train.keep_last=3")  # fmt: skip
-    save_yaml(config, tmp_path / "c.yaml")
-    marker = tmp_path / "in-write"
-    proc = _start(["-c", HANG_IN_WRITE, str(tmp_path / "c.yaml"), str(marker)])
-    _wait_for(marker.exists, proc)
-    proc.kill()
-    proc.wait()
-    leftovers = [p.name for p in (out / "checkpoints").glob(".step-000003.tmp-*")]
-    assert leftovers and _newest_step(out) == 2  # killed mid-write: step 2 is the newest
-    steps = [2]
-    rng = random.Random(0)
-    # four more kill moments (five in all): resume, let it save at least one more checkpoint,
-    # then kill it at a random moment (a save every update: often inside a write or a prune)
-    for _ in range(4):
-        proc = _start(["-m", "aiayn", "train", "--resume", str(out)])
-        _wait_for(lambda: _newest_step(out) > steps[-1], proc)
-        time.sleep(rng.uniform(0.0, 0.3))
+
+def _killed_at(moment: str, n: int, args: list[str]) -> None:
+    proc = _start(["-c", KILL_AT, moment, str(n), *args])
+    try:
+        _, stderr = proc.communicate(timeout=300)
+    finally:
         proc.kill()
-        proc.wait()
-        newest = resume_candidates(out)[0]
-        ckpt = load_checkpoint(newest)
-        state, _ = read_trainer_state(newest)
-        assert state["loop"]["step"] == ckpt.meta["step"] > steps[-1]
-        steps.append(state["loop"]["step"])
-    result = train(tiny_config(data, out, f"train.max_steps={steps[-1] + 2}"), resume=out)
-    assert result.steps == steps[-1] + 2
-    # every run went on from the newest checkpoint its predecessor completed: nothing lost
-    # beyond the last save
+    assert proc.returncode == -signal.SIGKILL, f"{moment}: exited {proc.returncode}: {stderr}"
+
+
+def _same_as_reference(out: Path, reference: Path) -> list[int]:
+    """Every complete checkpoint of the killed run (step-* and best/) holds exactly the
+    weights of the uninterrupted run at its step; -> the steps present."""
+    saved = step_checkpoints(out / "checkpoints")
+    kept = [path for _, path in saved]
+    if (out / "checkpoints" / "best").is_dir():
+        kept.append(out / "checkpoints" / "best")
+    for path in kept:
+        step = checkpoint.read_meta(path)["step"]
+        ours, theirs = read_weights(path), read_weights(reference / step_name(step))
+        assert all(torch.equal(ours[name], theirs[name]) for name in theirs), path
+    return [step for step, _ in saved]
+
+
+def test_sigkill_at_each_moment_loses_nothing_and_the_resumed_run_is_exact(data, tmp_path):
+    """Killed (SIGKILL: no handler runs) mid-update, mid-write of a checkpoint's weights,
+    between the two renames that replace `best/`, during validation and while pruning an
+    old checkpoint, one after the other, each run resumed from what its predecessor left:
+    every complete checkpoint survives each kill, each resume starts from the newest, and
+    the end equals an uninterrupted run's bit for bit."""
+    end = 12
+    whole = train(tiny_config(data, tmp_path / "whole", *KILLED, f"train.max_steps={end}",
+                              "train.keep_last=100"))  # fmt: skip
+    reference = whole.out_dir / "checkpoints"
+    out, ckpts = tmp_path / "run", tmp_path / "run" / "checkpoints"
+    save_yaml(tiny_config(data, out, *KILLED, "train.max_steps=100"), tmp_path / "c.yaml")
+    resume = ["--resume", str(out)]
+
+    _killed_at("update", 6, [str(tmp_path / "c.yaml")])  # update 3, its second micro-batch
+    assert _same_as_reference(out, reference) == [1, 2]
+    _killed_at("weights", 5, resume)  # updates 3-4, then step 5's weights half written
+    assert _same_as_reference(out, reference) == [3, 4]
+    assert len(list(ckpts.glob(".step-000005.tmp-*"))) == 1  # the half-written one, aside
+    _killed_at("renames", 0, resume)  # update 5, then update 6's new best/
+    assert _same_as_reference(out, reference) == [4, 5]
+    assert not (ckpts / "best").exists() and len(list(ckpts.glob(".best.old-*"))) == 1
+    _killed_at("validation", 2, resume)  # the old best/ put back; update 6's validation
+    assert _same_as_reference(out, reference) == [4, 5]
+    assert checkpoint.read_meta(ckpts / "best")["step"] == 3 and not list(ckpts.glob(".*"))
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in log if r["event"] == "start"] == [0, *steps]
-    assert not list((out / "checkpoints").glob(".*"))  # the killed runs' temporaries are gone
+    assert [(r["event"], r["step"]) for r in log[-2:]] == [("start", 5), ("train", 6)]
+    _killed_at("pruning", 5, resume)  # updates 6-7, then step 5 pruned (keep_last 2)
+    assert _same_as_reference(out, reference) == [6, 7]
+    assert (ckpts / ".step-000005.deleting").is_dir()
+
+    result = train(tiny_config(data, out, *KILLED, f"train.max_steps={end}"), resume=out)
+    assert result.steps == end and _same_as_reference(out, reference) == [end - 1, end]
+    state, tensors = read_trainer_state(ckpts / step_name(end))
+    state_ref, tensors_ref = read_trainer_state(reference / step_name(end))
+    assert state["sampler"] == state_ref["sampler"] and state["rng"] == state_ref["rng"]
+    assert all(torch.equal(tensors[name], tensors_ref[name]) for name in tensors_ref)
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log if r["event"] == "start"] == [0, 2, 4, 5, 5, 7]
+    assert not list(ckpts.glob(".*"))  # the killed runs' temporaries are gone
+    assert sorted(p.name for p in ckpts.iterdir()) == ["best", "step-000011", "step-000012"]
 
 
 def test_ctrl_c_saves_a_checkpoint_and_exits_130(data, tmp_path):

@@ -107,9 +107,33 @@ def test_early_stopping_on_patience(data, tmp_path):
     assert (result.stopped, result.steps) == ("patience", 3)
 
 
-def test_bf16_autocast_trains_on_cpu_and_fp16_needs_a_gpu(data, tmp_path):
-    result = train(tiny_config(data, tmp_path / "bf16", "train.precision=bf16", "train.max_steps=3"))
+def _linear_output_dtypes(config) -> set[torch.dtype]:
+    """Train `config` with a forward hook on every linear map (every nn.Linear: the
+    attention projections, eq. 2's w_1, w_2), recording the dtype of what each produced
+    while training (not validating)."""
+    seen: set[torch.dtype] = set()
+
+    def record(module, args, output) -> None:
+        if isinstance(module, torch.nn.Linear) and module.training and torch.is_grad_enabled():
+            seen.add(output.dtype)
+
+    hook = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        result = train(config)
+    finally:
+        hook.remove()
     assert result.steps == 3 and math.isfinite(result.train_nll)
+    return seen
+
+
+def test_bf16_autocast_trains_on_cpu_and_fp16_needs_a_gpu(data, tmp_path):
+    # Inside the model, during real training steps on the CPU: bf16 runs the linear maps in
+    # bfloat16, fp32 (the paper) in float32. A trainer that dropped autocast would still
+    # train, with a finite loss, and fail here.
+    bf16 = tiny_config(data, tmp_path / "bf16", "train.precision=bf16", "train.max_steps=3")
+    assert _linear_output_dtypes(bf16) == {torch.bfloat16}
+    fp32 = tiny_config(data, tmp_path / "fp32", "train.precision=fp32", "train.max_steps=3")
+    assert _linear_output_dtypes(fp32) == {torch.float32}
     with pytest.raises(ConfigError, match="fp16 needs a CUDA GPU"):
         train(tiny_config(data, tmp_path / "fp16", "train.precision=fp16"))
 
