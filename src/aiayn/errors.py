@@ -24,3 +24,7 @@ class CheckpointError(AiaynError):
 
 class TrainingError(AiaynError):
     """A run that cannot go on: e.g. non-finite losses in `train.max_bad_steps` updates in a row."""
+
+
+class ExportError(AiaynError):
+    """A checkpoint another library cannot represent, or an export output that cannot be written."""
