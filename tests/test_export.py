@@ -242,3 +242,23 @@ def test_the_exports_readme_code_runs(trained, tmp_path, capsys):
         exec(compile(code, str(out / "README.md"), "exec"), {})
         printed = capsys.readouterr().out.strip()
         assert re.fullmatch(r"\['.+'\]", printed), printed  # one non-empty translation
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")  # optimum's tracing of Marian
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # its TorchScript-based exporter
+def test_optimums_onnx_export_with_past_keys_translates_greedily_as_aiayn(trained, tmp_path):
+    """README's Deploy: `optimum-cli export onnx --task text2text-generation-with-past` of
+    the MarianMT export (here optimum's function behind that command)."""
+    main_export = pytest.importorskip("optimum.exporters.onnx").main_export
+    ort_models = pytest.importorskip("optimum.onnxruntime")
+    hf = export_checkpoint(trained, "huggingface", tmp_path / "hf")
+    main_export(str(hf), output=str(tmp_path / "onnx"), task="text2text-generation-with-past")
+    assert (tmp_path / "onnx" / "decoder_with_past_model.onnx").is_file()  # the cached step
+    model = ort_models.ORTModelForSeq2SeqLM.from_pretrained(str(tmp_path / "onnx"))
+    assert model.can_use_cache
+    tokenizer = transformers.MarianTokenizer.from_pretrained(str(hf))
+    sources = [s for s, _ in SPLITS.test]
+    batch = tokenizer(sources, return_tensors="pt", padding=True)
+    out = model.generate(**batch, num_beams=1, use_cache=True)
+    theirs = tokenizer.batch_decode(out, skip_special_tokens=True)
+    assert theirs == export_agreement.aiayn_translations(trained, sources, beam=1, alpha=0.6)
