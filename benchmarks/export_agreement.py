@@ -84,7 +84,8 @@ def agreement(checkpoint: Path, sources: list[str], refs: list[str], tmp: Path) 
                    "transformers": hf_translations(hf, sources, b, a)}  # fmt: skip
         report[name] = {k: identical(ours, v) for k, v in systems.items()}
         if name == f"beam{beam}":
-            systems["ctranslate2_int8"] = ct2_translations(ct2_int8, checkpoint, sources, b, a, "int8")
+            int8 = ct2_translations(ct2_int8, checkpoint, sources, b, a, "int8")
+            systems["ctranslate2_int8"] = int8
             systems["aiayn"] = ours
             bleu = {k: round(score(v, refs)["sacrebleu"]["score"], 2) for k, v in systems.items()}
     return {"identical_to_aiayn": report, f"bleu_beam{beam}_alpha{alpha}": bleu}
@@ -101,7 +102,8 @@ def main() -> None:
     refs = args.ref.read_text("utf-8").splitlines()[: args.limit]
     with tempfile.TemporaryDirectory() as tmp:
         result = agreement(args.checkpoint, sources, refs, Path(tmp))
-    print(json.dumps({"checkpoint": str(args.checkpoint), "sentences": len(sources), **result}, indent=1))
+    head = {"checkpoint": str(args.checkpoint), "sentences": len(sources)}
+    print(json.dumps({**head, **result}, indent=1))
 
 
 if __name__ == "__main__":

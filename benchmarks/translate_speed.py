@@ -19,10 +19,12 @@ and search code; MarianMT's LayerNorm epsilon (1e-5, where the others use the mo
 it cannot be set), and the int8 schemes. aiayn's int8 is torch's dynamic quantization (int8
 weights with a scale per output row, inputs quantized per call). The int8 CTranslate2 model
 runs with each CPU `compute_type` of its int8 family that
-`ctranslate2.get_supported_compute_types("cpu")` lists: `int8` (int8 products, other layers
-in float32 by its own choice), `int8_float32` and, where the CPU has bfloat16, `int8_bfloat16`
+`ctranslate2.get_supported_compute_types("cpu")` lists: `int8` (int8 products, the other layers
+in the device's default float type, float32 on a CPU), `int8_float32` and, where the CPU has bfloat16, `int8_bfloat16`
 (the non-quantized layers in bfloat16); aiayn int8 is compared against the fastest of them
-("speed_ratio_aiayn_over_ctranslate2_int8_best", which names it). Before timing, the teacher-forced log-probabilities of every peer are
+("speed_ratio_aiayn_over_ctranslate2_int8_best", which names it).
+
+Before timing, the teacher-forced log-probabilities of every peer are
 compared with aiayn's on the first sentences: float32 peers must agree within 1e-3 or the
 script stops; int8 differences are reported. aiayn's systems are also scored one token a
 step through their decoding cache, the path the search times ("aiayn_..._cached"): the
@@ -188,7 +190,9 @@ def aiayn_cached_logp(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) 
     return gold_logp(torch.cat(steps, dim=1), gold)
 
 
-def ct2_logp(translator, sents: list[list[int]], tgt: torch.Tensor, names: list[str]) -> torch.Tensor:
+def ct2_logp(
+    translator, sents: list[list[int]], tgt: torch.Tensor, names: list[str]
+) -> torch.Tensor:
     """CTranslate2's `score_batch` scores the target and the eos it appends (the sources'
     eos it appends too: `add_source_eos` in the export's config)."""
     results = translator.score_batch(
@@ -262,7 +266,9 @@ def build_systems(config: ModelConfig, device: str, dtype: str, tmp: str) -> tup
             intra_threads=threads,
         )  # fmt: skip
 
-    marian = MarianMTModel.from_pretrained(str(export_checkpoint(checkpoint, "huggingface", f"{tmp}/hf")))
+    marian = MarianMTModel.from_pretrained(
+        str(export_checkpoint(checkpoint, "huggingface", f"{tmp}/hf"))
+    )
     systems = {
         f"aiayn_{dtype}": copy.deepcopy(ours).to(device=device, dtype=getattr(torch, dtype)),
         "aiayn_int8": quantize_int8(copy.deepcopy(ours)) if cpu else None,
@@ -350,7 +356,8 @@ def main() -> None:
     int8 = [f"ctranslate2_{ct}" for ct in INT8_COMPUTE_TYPES if seconds.get(f"ctranslate2_{ct}")]
     best = min(int8, key=seconds.get, default=None)
     ratios["ctranslate2_int8_best"] = best
-    ratios["speed_ratio_aiayn_over_ctranslate2_int8_best"] = best and ratio(seconds, "aiayn_int8", best)
+    best_ratio = best and ratio(seconds, "aiayn_int8", best)
+    ratios["speed_ratio_aiayn_over_ctranslate2_int8_best"] = best_ratio
     report(args, config, len(batches), {**results, **ratios}, agree)
 
 

@@ -43,6 +43,9 @@ def vocab() -> Vocab:
 
 
 def random_checkpoint(path: Path, vocab: Vocab, **model) -> Path:
+    """A random tiny model; `src_vocab_size` (any value) makes separate vocabularies."""
+    if "src_vocab_size" in model:
+        model["src_vocab_size"] = vocab.size  # the same pieces, in a separate source table
     config = tiny_model_config(vocab_size=vocab.size, **model)
     torch.manual_seed(1)
     net = Transformer(config)
@@ -61,6 +64,14 @@ def pairs(vocab: Vocab, n: int = 4) -> list[tuple[list[int], list[int]]]:
 
 
 @torch.no_grad()
+def hf_logp(hf, src: list[int], tgt: list[int]) -> torch.Tensor:
+    """As `aiayn_logp`, from a MarianMTModel."""
+    feed = torch.tensor([[BOS_ID] + tgt])  # (1, T + 1)
+    logits = hf(input_ids=torch.tensor([src]), decoder_input_ids=feed).logits  # (1, T + 1, V)
+    return logits.log_softmax(-1)[0].gather(1, torch.tensor(tgt + [EOS_ID])[:, None])[:, 0]
+
+
+@torch.no_grad()
 def aiayn_logp(model: Transformer, src: list[int], tgt: list[int]) -> torch.Tensor:
     """Teacher-forced log P of each target token and the eos: (len(tgt) + 1,)."""
     logits = model(torch.tensor([src]), torch.tensor([[BOS_ID] + tgt]))  # (1, T + 1, V)
@@ -75,6 +86,7 @@ LAYOUTS = {
     "attention biases": {"attention_bias": True},
     "untied projection": {"tie_embeddings": False},
     "row B, d_k = d_v = 8": {"d_k": 8, "d_v": 8},
+    "separate vocabularies": {"src_vocab_size": True},
 }
 
 
@@ -87,8 +99,9 @@ def test_ctranslate2_scores_equal_aiayns(tmp_path, vocab, layout):
     data = pairs(vocab)
     # CTranslate2 appends the source eos itself (config add_source_eos), as aiayn's batches do.
     results = translator.score_batch(
-        [[vocab.piece(i) for i in s[:-1]] for s, _ in data], [[vocab.piece(i) for i in t] for _, t in data]
-    )  # fmt: skip
+        [[vocab.piece(i) for i in s[:-1]] for s, _ in data],
+        [[vocab.piece(i) for i in t] for _, t in data],
+    )
     for (src, tgt), result in zip(data, results):
         theirs = torch.tensor(result.log_probs)
         torch.testing.assert_close(theirs, aiayn_logp(model, src, tgt), atol=1e-4, rtol=0)
@@ -116,18 +129,13 @@ def test_huggingface_scores_equal_aiayns(tmp_path, vocab, layout):
     for (src, tgt), (text, _) in zip(pairs(vocab), SPLITS.test):
         assert tokenizer(text).input_ids == src  # the same pieces, ids and eos
         ours = aiayn_logp(model, src, tgt)
-        with torch.no_grad():
-            logits = hf(input_ids=torch.tensor([src]), decoder_input_ids=torch.tensor([[BOS_ID] + tgt])).logits
-        theirs = logits.log_softmax(-1)[0].gather(1, torch.tensor(tgt + [EOS_ID])[:, None])[:, 0]
+        theirs = hf_logp(hf, src, tgt)
         # Marian's LayerNorm epsilon is 1e-5, aiayn's 1e-6: the one difference left.
         torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)
     for module in hf.modules():  # with aiayn's epsilon, the permuted network is the same function
         if isinstance(module, torch.nn.LayerNorm):
             module.eps = model.config.ln_eps
-    with torch.no_grad():
-        logits = hf(input_ids=torch.tensor([src]), decoder_input_ids=torch.tensor([[BOS_ID] + tgt])).logits
-    theirs = logits.log_softmax(-1)[0].gather(1, torch.tensor(tgt + [EOS_ID])[:, None])[:, 0]
-    torch.testing.assert_close(theirs, ours, atol=3e-6, rtol=0)
+    torch.testing.assert_close(hf_logp(hf, src, tgt), ours, atol=3e-6, rtol=0)
 
 
 def leftovers(parent: Path) -> list[str]:
@@ -139,13 +147,12 @@ def leftovers(parent: Path) -> list[str]:
     [("huggingface", {"norm": "pre"}, "post-LN only"),
      ("huggingface", {"positional": "learned"}, "learned positions"),
      ("huggingface", {"d_k": 8, "d_v": 8}, "d_k=8"),
-     ("huggingface", {"src_vocab_size": 400}, "shared by source and target"),
+     ("huggingface", {"src_vocab_size": True}, "shared by source and target"),
      ("ctranslate2", {"d_k": 8, "d_v": 4}, "d_k=8, d_v=4")],
 )  # fmt: skip
 def test_an_unrepresentable_checkpoint_is_a_clear_error_before_anything_is_written(
     tmp_path, vocab, capsys, target, layout, named
 ):
-    layout = {**layout, "src_vocab_size": vocab.size} if "src_vocab_size" in layout else layout
     ckpt_dir = random_checkpoint(tmp_path / "ckpt", vocab, **layout)
     (tmp_path / "exports").mkdir()
     out = tmp_path / "exports" / "model"
@@ -156,7 +163,9 @@ def test_an_unrepresentable_checkpoint_is_a_clear_error_before_anything_is_writt
     assert not out.exists() and leftovers(out.parent) == []
 
 
-def test_a_failed_export_leaves_no_half_written_out_and_keeps_the_previous(tmp_path, vocab, monkeypatch):
+def test_a_failed_export_leaves_no_half_written_out_and_keeps_the_previous(
+    tmp_path, vocab, monkeypatch
+):
     ckpt_dir = random_checkpoint(tmp_path / "ckpt", vocab)
     out = export_checkpoint(ckpt_dir, "ctranslate2", tmp_path / "ct2")
     before = {p.name: p.read_bytes() for p in out.iterdir()}

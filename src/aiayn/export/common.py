@@ -63,7 +63,8 @@ def check_output(out: Path, force: bool) -> None:
     """Refuse an OUT that exists (unless `force`) or that is not an earlier export."""
     if not out.exists() and not out.is_symlink():
         return
-    ours = out.is_dir() and not out.is_symlink() and ((out / MARKER).is_file() or not any(out.iterdir()))
+    ours = out.is_dir() and not out.is_symlink()
+    ours = ours and ((out / MARKER).is_file() or not any(out.iterdir()))
     if not ours:
         raise ExportError(f"{out}: exists and is not an aiayn export; refusing to replace it")
     if not force:

@@ -42,12 +42,13 @@ Translate with `ctranslate2` and `sentencepiece` (pip install ctranslate2 senten
 ```python
 import ctranslate2, sentencepiece
 
-sp = sentencepiece.SentencePieceProcessor(model_file="{out}/{spm}")
+source = sentencepiece.SentencePieceProcessor(model_file="{out}/{src_spm}")
+target = sentencepiece.SentencePieceProcessor(model_file="{out}/{tgt_spm}")
 translator = ctranslate2.Translator("{out}", device="cpu")  # compute_type="int8" for speed
-sources = [sp.encode(text, out_type=str) for text in ["The children open the door."]]
+sources = [source.encode(text, out_type=str) for text in ["The children open the door."]]
 results = translator.translate_batch(sources, beam_size={beam}, min_decoding_length={min_len},
                                      max_decoding_length=256)
-print([sp.decode(r.hypotheses[0]) for r in results])
+print([target.decode(r.hypotheses[0]) for r in results])
 ```
 
 CTranslate2 appends the source eos itself (`add_source_eos` in config.json) and starts
@@ -97,10 +98,12 @@ def model_spec(ckpt: Checkpoint) -> transformer_spec.TransformerSpec:
         _norm(spec.encoder.layer_norm, model.encoder_norm)
         _norm(spec.decoder.layer_norm, model.decoder_norm)
     for ours, theirs in zip(model.encoder, spec.encoder.layer):
-        _attention(theirs.self_attention, [ours.self_attn.w_qkv, ours.self_attn.w_o], ours.res_attn.norm)
+        own = [ours.self_attn.w_qkv, ours.self_attn.w_o]  # fused [q; k; v], then W^O
+        _attention(theirs.self_attention, own, ours.res_attn.norm)
         _ffn(theirs.ffn, ours.ffn, ours.res_ffn.norm)
     for ours, theirs in zip(model.decoder, spec.decoder.layer):
-        _attention(theirs.self_attention, [ours.self_attn.w_qkv, ours.self_attn.w_o], ours.res_self.norm)
+        own = [ours.self_attn.w_qkv, ours.self_attn.w_o]
+        _attention(theirs.self_attention, own, ours.res_self.norm)
         cross = ours.cross_attn
         _attention(theirs.attention, [cross.w_q, cross.w_kv, cross.w_o], ours.res_cross.norm)
         _ffn(theirs.ffn, ours.ffn, ours.res_ffn.norm)
@@ -169,17 +172,18 @@ def export_ctranslate2(
     refuse_unrepresentable(TARGET, unrepresentable(ckpt.model))
     with written_atomically(out, force) as tmp:
         AiaynConverter(ckpt).convert(str(tmp), quantization=quantization, force=True)
-        spm = _copy_vocabularies(Path(checkpoint), tmp)
+        src_spm, tgt_spm = _copy_vocabularies(Path(checkpoint), tmp)
         decode = ckpt.config.decode
-        text = README.format(out=Path(out), spm=spm, beam=decode.beam, min_len=decode.min_len)
+        text = README.format(out=Path(out), src_spm=src_spm, tgt_spm=tgt_spm, beam=decode.beam,
+                             min_len=decode.min_len)  # fmt: skip
         (tmp / "README.md").write_text(text, "utf-8")
         write_marker(tmp, "ctranslate2", ckpt, quantization=quantization or "float32")
     return Path(out)
 
 
-def _copy_vocabularies(checkpoint: Path, out: Path) -> str:
-    """Copy the checkpoint's sentencepiece model(s); -> the source side's file name."""
+def _copy_vocabularies(checkpoint: Path, out: Path) -> tuple[str, str]:
+    """Copy the checkpoint's sentencepiece model(s); -> the source and target file names."""
     names = [n for n in (SHARED_VOCAB, SRC_VOCAB, TGT_VOCAB) if (checkpoint / n).is_file()]
     for name in names:
         shutil.copyfile(checkpoint / name, out / name)
-    return SHARED_VOCAB if SHARED_VOCAB in names else SRC_VOCAB
+    return (SHARED_VOCAB, SHARED_VOCAB) if SHARED_VOCAB in names else (SRC_VOCAB, TGT_VOCAB)

@@ -147,7 +147,10 @@ def _ffn(theirs, ffn, perm: torch.Tensor) -> None:
 
 def _bias(linear: torch.nn.Linear, bias: torch.Tensor | None) -> None:
     """Marian's projections always have a bias: zeros where aiayn's has none."""
-    linear.bias.copy_(bias) if bias is not None else linear.bias.zero_()
+    if bias is None:
+        linear.bias.zero_()
+    else:
+        linear.bias.copy_(bias)
 
 
 def _norm(theirs: torch.nn.LayerNorm, ours: torch.nn.LayerNorm, perm: torch.Tensor) -> None:
@@ -193,7 +196,8 @@ def export_huggingface(checkpoint: str | Path, out: str | Path, force: bool = Fa
         hf.save_pretrained(str(tmp))
         save_tokenizer(ckpt, tmp)
         d = ckpt.config.decode
-        text = README.format(out=Path(out), eps=ckpt.config.model.ln_eps, beam=d.beam, alpha=d.alpha)
+        eps = ckpt.config.model.ln_eps
+        text = README.format(out=Path(out), eps=eps, beam=d.beam, alpha=d.alpha)
         (tmp / "README.md").write_text(text, "utf-8")
         write_marker(tmp, "huggingface", ckpt)
     return Path(out)
