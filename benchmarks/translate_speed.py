@@ -7,10 +7,24 @@
 The network: aiayn's `Transformer(ModelConfig(vocab_size=8000))` with its random
 initialisation (seed 0): base size (sec. 3, Table 3 "base": d_model 512, 6 + 6 layers,
 8 heads, d_ff 2048, ReLU, post-LN, interleaved sinusoidal positions, embeddings x
-sqrt(d_model) tied to the output projection, LayerNorm eps 1e-6). Its weights are exported
-(`peer_models.py`) to CTranslate2 (float32, and int8 weights) and to a `MarianMTModel`, so
-every system computes the same function. aiayn runs in float32 and with int8 weights
-(`aiayn.fast.int8`). Before timing, the teacher-forced log-probabilities of every peer are
+sqrt(d_model) tied to the output projection, LayerNorm eps 1e-6), saved as a checkpoint
+with an 8000-piece sentencepiece vocabulary (`benchmark_vocab`: pieces of made-up words;
+only their ids and names matter) and exported with `aiayn export` to CTranslate2 (float32,
+and int8 weights) and to a `MarianMTModel`, so every system computes the same function.
+aiayn runs in float32 and with int8 weights (`aiayn.fast.int8`).
+
+What is the same in every system: the weights, the sources and their batches, beam 4 with
+alpha 0.6, the forced output length, the threads. What is not: each library's own kernels
+and search code; MarianMT's LayerNorm epsilon (1e-5, where the others use the model's 1e-6:
+it cannot be set), and the int8 schemes. aiayn's int8 is torch's dynamic quantization (int8
+weights with a scale per output row, inputs quantized per call). The int8 CTranslate2 model
+runs with each CPU `compute_type` of its int8 family that
+`ctranslate2.get_supported_compute_types("cpu")` lists: `int8` (int8 products, the other layers
+in the device's default float type, float32 on a CPU), `int8_float32` and, where the CPU has bfloat16, `int8_bfloat16`
+(the non-quantized layers in bfloat16); aiayn int8 is compared against the fastest of them
+("speed_ratio_aiayn_over_ctranslate2_int8_best", which names it).
+
+Before timing, the teacher-forced log-probabilities of every peer are
 compared with aiayn's on the first sentences: float32 peers must agree within 1e-3 or the
 script stops; int8 differences are reported. aiayn's systems are also scored one token a
 step through their decoding cache, the path the search times ("aiayn_..._cached"): the
@@ -41,6 +55,7 @@ import copy
 from contextlib import nullcontext
 import json
 import platform
+import random
 import statistics
 import tempfile
 import time
@@ -48,19 +63,32 @@ import time
 import torch
 
 from aiayn import fast
-from aiayn.config import ModelConfig
-from aiayn.data.batching import longest_first_batches
-from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from aiayn.checkpoint import save_checkpoint
+from aiayn.config import Config, ModelConfig
+from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
 from aiayn.decode.search import run_search
 from aiayn.decode.strategy import BeamStrategy
+from aiayn.data.batching import longest_first_batches
+from aiayn.export import export_checkpoint
 from aiayn.fast.int8 import cross_store_dtype, quantize_int8
 from aiayn.fast.search import FastSearch
 from aiayn.model.transformer import Transformer
-from peer_models import marian_from, save_ct2, token_strings
 
 VOCAB, BEAM, ALPHA = 8000, 4, 0.6
 FLOAT_TOLERANCE = 1e-3  # max |log p| difference allowed between float32 implementations
 CHECK_SENTENCES = 8  # sentences of the agreement check
+INT8_COMPUTE_TYPES = ("int8", "int8_float32", "int8_bfloat16")  # CTranslate2's, CPU
+
+
+def benchmark_vocab(size: int = VOCAB, seed: int = 0) -> Vocab:
+    """A `size`-piece sentencepiece vocabulary, trained in seconds on made-up words: the
+    export needs token names, and the benchmark's sources are random ids anyway."""
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyzäöüß"
+    words = lambda: " ".join(  # noqa: E731
+        "".join(rng.choice(letters) for _ in range(rng.randint(2, 9))) for _ in range(12)
+    )
+    return Vocab.train((words() for _ in range(20000)), size, threads=1)
 
 
 def sources(n: int, seed: int) -> list[list[int]]:
@@ -112,12 +140,12 @@ def run_aiayn(
     return steps
 
 
-def run_ct2(translator, batches: list[list[list[int]]], out_len: int) -> int:
-    names = token_strings(VOCAB)
+def run_ct2(translator, batches: list[list[list[int]]], out_len: int, names: list[str]) -> int:
+    """`names`: the vocabulary's pieces; the export appends the source eos itself."""
     steps = 0
     for sents in batches:
         results = translator.translate_batch(
-            [[names[t] for t in s] for s in sents], beam_size=BEAM, length_penalty=ALPHA,
+            [[names[t] for t in s[:-1]] for s in sents], beam_size=BEAM, length_penalty=ALPHA,
             min_decoding_length=out_len, max_decoding_length=out_len, num_hypotheses=1,
         )  # fmt: skip
         steps += sum(len(r.hypotheses[0]) for r in results)  # no eos: one token per step
@@ -177,11 +205,13 @@ def aiayn_cached_logp(
     return gold_logp(torch.cat(steps, dim=1), gold)
 
 
-def ct2_logp(translator, sents: list[list[int]], tgt: torch.Tensor) -> torch.Tensor:
-    """CTranslate2's `score_batch` scores the target and the eos it appends."""
-    names = token_strings(VOCAB)
+def ct2_logp(
+    translator, sents: list[list[int]], tgt: torch.Tensor, names: list[str]
+) -> torch.Tensor:
+    """CTranslate2's `score_batch` scores the target and the eos it appends (the sources'
+    eos it appends too: `add_source_eos` in the export's config)."""
     results = translator.score_batch(
-        [[names[t] for t in s] for s in sents], [[names[t] for t in y] for y in tgt.tolist()]
+        [[names[t] for t in s[:-1]] for s in sents], [[names[t] for t in y] for y in tgt.tolist()]
     )
     return torch.tensor([r.log_probs for r in results])  # (batch, T + 1)
 
@@ -193,7 +223,9 @@ def hf_logp(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
     return gold_logp(logits, gold)
 
 
-def agreement(systems: dict, sents: list[list[int]], out_len: int, device: str) -> dict:
+def agreement(
+    systems: dict, sents: list[list[int]], out_len: int, device: str, names: list[str] | None = None
+) -> dict:
     """Max |log p| difference of each system from aiayn's first (float) one on `sents` with
     random targets of `out_len` tokens, and of each aiayn system fed through its decoding
     cache ("..._cached"); stops the script if a float32 peer, or aiayn's float32 model
@@ -206,7 +238,7 @@ def agreement(systems: dict, sents: list[list[int]], out_len: int, device: str) 
     diffs = {}
     for name in others:
         if name.startswith("ctranslate2"):
-            logp = ct2_logp(systems[name], sents, tgt)
+            logp = ct2_logp(systems[name], sents, tgt, names)
         else:
             logp = (hf_logp if name.startswith("transformers") else aiayn_logp)(
                 systems[name], src, tgt.to(device)
@@ -224,40 +256,50 @@ def agreement(systems: dict, sents: list[list[int]], out_len: int, device: str) 
 
 
 # --- the systems ----------------------------------------------------------------------------
-def build_systems(config: ModelConfig, device: str, dtype: str, tmp: str) -> dict:
-    """One network, five ways (aiayn's float one first); None for what this device cannot
-    run: int8 is CPU only, CTranslate2 lacks bfloat16 on CPUs without native support."""
+def build_systems(config: ModelConfig, device: str, dtype: str, tmp: str) -> tuple[dict, list[str]]:
+    """One network in every system (aiayn's float one first), and the vocabulary's pieces;
+    None for what this device cannot run: int8 is CPU only, and CTranslate2 runs only the
+    compute types `get_supported_compute_types` lists. The peers are `aiayn export`'s."""
     import ctranslate2
+    from transformers import MarianMTModel
 
     torch.manual_seed(0)
     ours = Transformer(config).eval()
+    vocab = benchmark_vocab(config.vocab_size)
+    checkpoint = save_checkpoint(f"{tmp}/checkpoint", ours, Config(model=config), vocab, vocab)
     cpu, device_type = device == "cpu", torch.device(device).type
     supported = ctranslate2.get_supported_compute_types(device_type)
     threads = torch.get_num_threads()
+    exported = {q: export_checkpoint(checkpoint, "ctranslate2", f"{tmp}/ct2_{q}", q)
+                for q in (dtype, "int8")}  # fmt: skip
 
-    def ct2(quantization: str | None, compute_type: str):
-        if compute_type not in supported:
+    def ct2(weights: str, compute_type: str):
+        if compute_type not in supported or (compute_type.startswith("int8") and not cpu):
             return None
-        path = save_ct2(ours, f"{tmp}/{compute_type}", quantization)
         return ctranslate2.Translator(
-            path, device=device_type, compute_type=compute_type, intra_threads=threads
-        )
+            str(exported[weights]), device=device_type, compute_type=compute_type,
+            intra_threads=threads,
+        )  # fmt: skip
 
-    return {
+    marian = MarianMTModel.from_pretrained(
+        str(export_checkpoint(checkpoint, "huggingface", f"{tmp}/hf"))
+    )
+    systems = {
         f"aiayn_{dtype}": fast.apply(copy.deepcopy(ours).to(device=device, dtype=getattr(torch, dtype))),
         "aiayn_reference": copy.deepcopy(ours).to(device=device, dtype=getattr(torch, dtype)),
         "aiayn_int8": quantize_int8(fast.apply(copy.deepcopy(ours))) if cpu else None,
-        f"ctranslate2_{dtype}": ct2(None, dtype),
-        "ctranslate2_int8": ct2("int8", "int8") if cpu else None,
-        "transformers_marian": marian_from(ours).to(device=device, dtype=getattr(torch, dtype)),
+        f"ctranslate2_{dtype}": ct2(dtype, dtype),
+        **{f"ctranslate2_{ct}": ct2("int8", ct) for ct in INT8_COMPUTE_TYPES},
+        "transformers_marian": marian.eval().to(device=device, dtype=getattr(torch, dtype)),
     }
+    return systems, [vocab.piece(i) for i in range(vocab.size)]
 
 
-def runner(name: str, device: str):
+def runner(name: str, device: str, names: list[str]):
     """The function that decodes `batches` with system `name`. aiayn's fast path keeps its
     cache's memory from one batch and pass to the next on the CPU, as a `Translator` does."""
     if name.startswith("ctranslate2"):
-        return lambda model, batches, out_len, device: run_ct2(model, batches, out_len)
+        return lambda model, batches, out_len, device: run_ct2(model, batches, out_len, names)
     if name.startswith("transformers"):
         return run_hf
     search = aiayn_search(name, device)
@@ -306,10 +348,10 @@ def main() -> None:
     sents = sources(args.sentences, args.seed)
     batches = [[sents[i] for i in g] for g in groups(sents, args.max_tokens, args.batch_size)]
     with tempfile.TemporaryDirectory() as tmp:
-        systems = build_systems(config, args.device, args.dtype, tmp)
-        agree = agreement(systems, sents[:CHECK_SENTENCES], args.out_len, args.device)
+        systems, names = build_systems(config, args.device, args.dtype, tmp)
+        agree = agreement(systems, sents[:CHECK_SENTENCES], args.out_len, args.device, names)
         live = {name: model for name, model in systems.items() if model is not None}
-        runners = {name: runner(name, args.device) for name in live}
+        runners = {name: runner(name, args.device, names) for name in live}
         for name, model in live.items():
             runners[name](model, batches[-1:], 4, args.device)  # first-call overheads, untimed
         runs = {name: [] for name in live}
@@ -328,6 +370,11 @@ def main() -> None:
              "transformers": (ours, "transformers_marian"),
              "its_reference_path": (ours, "aiayn_reference")}  # fmt: skip
     ratios = {f"speed_ratio_aiayn_over_{k}": ratio(seconds, *v) for k, v in pairs.items()}
+    int8 = [f"ctranslate2_{ct}" for ct in INT8_COMPUTE_TYPES if seconds.get(f"ctranslate2_{ct}")]
+    best = min(int8, key=seconds.get, default=None)
+    ratios["ctranslate2_int8_best"] = best
+    best_ratio = best and ratio(seconds, "aiayn_int8", best)
+    ratios["speed_ratio_aiayn_over_ctranslate2_int8_best"] = best_ratio
     report(args, config, len(batches), {**results, **ratios}, agree)
 
 
@@ -340,8 +387,9 @@ def report(args, config: ModelConfig, n_batches: int, results: dict, agree: dict
         "task": "beam search, one randomly initialised network in every system",
         "network": f"aiayn Transformer: d_model {c.d_model}, {c.n_layers} + {c.n_layers} layers, "
         f"{c.n_heads} heads, d_ff {c.d_ff}, post-LN, interleaved sinusoids, tied scaled "
-        f"embeddings, LayerNorm eps {c.ln_eps} (CTranslate2's layer_norm_epsilon and "
-        "Marian's LayerNorm eps set to it); weights exported to CTranslate2 and MarianMT",
+        f"embeddings, LayerNorm eps {c.ln_eps} (CTranslate2's layer_norm_epsilon set to it; "
+        "MarianMT's is 1e-5, which its config cannot change); exported with `aiayn export` "
+        "to CTranslate2 and MarianMT",
         "sentences": args.sentences, "src_tokens": "10-40 + eos", "batches": n_batches,
         "max_tokens": args.max_tokens, "batch_size": args.batch_size, "beam": BEAM,
         "vocab": VOCAB,
@@ -352,7 +400,7 @@ def report(args, config: ModelConfig, n_batches: int, results: dict, agree: dict
         "int8": "aiayn: torch dynamic quantization (int8 weights with a scale per output row, "
         "inputs quantized per call) of every linear map and the tied output projection; "
         "CTranslate2: int8 weights with a scale per row (embeddings and projection too), "
-        "compute_type int8",
+        f"run with each supported compute_type of {', '.join(INT8_COMPUTE_TYPES)}",
         "agreement": f"teacher-forced log P of {CHECK_SENTENCES} sources with random "
         f"{args.out_len}-token targets (+ eos), max |difference| from aiayn {args.dtype} "
         "(whole target at once); ..._cached: aiayn fed one token a step through its cache",

@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import translate_speed  # noqa: E402
 
 from aiayn.config import ModelConfig  # noqa: E402
+from aiayn.data.vocab import EOS_ID  # noqa: E402
 from aiayn.model.transformer import Transformer  # noqa: E402
 from aiayn import fast  # noqa: E402
 from aiayn.fast.int8 import quantize_int8  # noqa: E402
@@ -59,3 +60,16 @@ def test_agreement_stops_when_the_float32_cache_disagrees(monkeypatch):
                         lambda m, src, tgt, search: scored(m, src, tgt, search) + 0.01)  # fmt: skip
     with pytest.raises(SystemExit, match="aiayn_float32_cached"):
         translate_speed.agreement({"aiayn_float32": model}, SENTS, 6, "cpu")
+
+
+def test_the_peers_are_aiayn_exports_and_agree_with_aiayn(tmp_path):
+    config = ModelConfig(vocab_size=translate_speed.VOCAB, d_model=32, d_ff=64, n_heads=4,
+                         n_layers=2)  # fmt: skip
+    systems, names = translate_speed.build_systems(config, "cpu", "float32", str(tmp_path))
+    for export in ("ct2_float32", "ct2_int8", "hf"):  # written by `aiayn export`
+        assert (tmp_path / export / "aiayn-export.json").is_file()
+    assert len(names) == translate_speed.VOCAB
+    sents = [s[:-1] + [EOS_ID] for s in SENTS]  # as `sources` makes them: the export adds eos
+    diffs = translate_speed.agreement(systems, sents, 6, "cpu", names)
+    assert diffs["ctranslate2_float32"] <= 1e-4 and diffs["transformers_marian"] <= 1e-4
+    assert 0 < diffs["ctranslate2_int8"] < 0.5  # int8's rounding, reported

@@ -33,6 +33,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_average(sub)
     _add_translate(sub)
     _add_evaluate(sub)
+    _add_export(sub)
     return parser
 
 
@@ -221,6 +222,34 @@ def _run_average(args: argparse.Namespace) -> int:
     paths = last_checkpoints(args.dir, args.last) if args.last is not None else args.inputs
     out = average_checkpoints(paths, args.out)
     print(f"averaged {len(paths)} checkpoints into {out}: {', '.join(Path(p).name for p in paths)}")
+    return 0
+
+
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write a checkpoint as a CTranslate2 or HuggingFace MarianMT model directory",
+        description="Export a checkpoint to another library: --to ctranslate2 (with "
+        "--quantization int8, float16, ...) or --to huggingface (a MarianMTModel "
+        "directory that transformers.pipeline('translation', model=OUT) loads).",
+    )
+    p.add_argument("out", metavar="OUT", help="the model directory to write")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory")
+    p.add_argument("--to", required=True, choices=("ctranslate2", "huggingface"),
+                   help="the library: CTranslate2, or HuggingFace transformers (MarianMT)")
+    p.add_argument("--quantization", metavar="TYPE",
+                   help="ctranslate2 only: int8, int8_float32, int8_float16, int8_bfloat16, "
+                   "int16, float16, bfloat16 or float32 (the default)")  # fmt: skip
+    p.add_argument("--force", action="store_true", help="replace OUT if an export wrote it")
+    p.set_defaults(run=_run_export)
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from aiayn.export import export_checkpoint
+
+    out = export_checkpoint(args.checkpoint, args.to, args.out, args.quantization, args.force)
+    print(f"exported {args.checkpoint} to {args.to}: {out} (see {out}/README.md or "
+          "the README's Deploy section)")  # fmt: skip
     return 0
 
 

@@ -27,6 +27,10 @@ class TrainingError(AiaynError):
     """A run that cannot go on: e.g. non-finite losses in `train.max_bad_steps` updates in a row."""
 
 
+class ExportError(AiaynError):
+    """A checkpoint another library cannot represent, or an export output that cannot be written."""
+
+
 # What to lower when a command runs out of memory: its options that size the work.
 LOWER_WHEN_OUT_OF_MEMORY = {
     "translate": "--max-tokens or --beam",

@@ -1,0 +1,110 @@
+"""How closely `aiayn export`'s models translate like aiayn: greedy and beam search through
+CTranslate2 and HuggingFace MarianMT against `aiayn translate`, and BLEU of the int8
+CTranslate2 export against float32.
+
+    .venv/bin/python benchmarks/export_agreement.py --checkpoint runs/demo/checkpoint \
+        --src runs/demo/corpus/test.en --ref runs/demo/corpus/test.de [--limit N]
+
+The checkpoint is exported to CTranslate2 (float32 and int8 weights) and to MarianMT; every
+system reads the same source lines through its own tokenizer (sentencepiece pieces for
+CTranslate2, `MarianTokenizer` inside `pipeline("translation")`) and decodes with the
+checkpoint's beam, alpha and min_len. Greedy decoding is the same rule everywhere, so its
+translations should be identical. Beam search is not: each library divides a hypothesis's
+log-probability by its own length penalty (CTranslate2 and transformers by length ** alpha,
+aiayn by ((5 + length) / 6) ** alpha, Wu et al. 2016), and they finish hypotheses by
+different rules, so beam translations may differ; "beam_alpha0" runs all three without a
+length penalty, which removes the first cause. Prints one JSON object: the fraction of
+translations identical to aiayn's, and sacreBLEU of each system.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from aiayn.checkpoint import load_checkpoint
+from aiayn.evaluate import score
+from aiayn.export import export_checkpoint
+from aiayn.translate import Translator
+
+
+def aiayn_translations(checkpoint: Path, sources: list[str], beam: int, alpha: float) -> list[str]:
+    return Translator.from_checkpoint(checkpoint, beam=beam, alpha=alpha).translate(sources)
+
+
+def ct2_translations(
+    model_dir: Path, checkpoint: Path, sources: list[str], beam: int, alpha: float,
+    compute_type: str = "float32",
+) -> list[str]:  # fmt: skip
+    """CTranslate2 as the export's README.md says: the sentencepiece model shipped beside
+    it for pieces in and text out; CTranslate2 appends the source eos itself."""
+    import ctranslate2
+    import sentencepiece
+
+    decode = load_checkpoint(checkpoint).config.decode
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / "vocab.model"))
+    pieces = [sp.encode(text, out_type=str) for text in sources]
+    translator = ctranslate2.Translator(str(model_dir), compute_type=compute_type, intra_threads=1)
+    results = translator.translate_batch(
+        pieces, beam_size=beam, length_penalty=alpha, min_decoding_length=decode.min_len,
+        max_decoding_length=max(map(len, pieces)) + 1 + decode.max_len_offset,
+        max_batch_size=64,
+    )  # fmt: skip
+    return [sp.decode(r.hypotheses[0]) for r in results]
+
+
+def hf_translations(model_dir: Path, sources: list[str], beam: int, alpha: float) -> list[str]:
+    """`transformers.pipeline("translation")` on the exported directory."""
+    from transformers import pipeline
+
+    translate = pipeline("translation", model=str(model_dir), device="cpu")
+    out = translate(sources, num_beams=beam, length_penalty=alpha, batch_size=32)
+    return [item["translation_text"] for item in out]
+
+
+def identical(ours: list[str], theirs: list[str]) -> float:
+    """Fraction of translations that are the same string."""
+    return round(sum(a == b for a, b in zip(ours, theirs)) / len(ours), 4)
+
+
+def agreement(checkpoint: Path, sources: list[str], refs: list[str], tmp: Path) -> dict:
+    ckpt = load_checkpoint(checkpoint)
+    beam, alpha = ckpt.config.decode.beam, ckpt.config.decode.alpha
+    ct2, ct2_int8, hf = tmp / "ct2", tmp / "ct2_int8", tmp / "hf"
+    export_checkpoint(checkpoint, "ctranslate2", ct2)
+    export_checkpoint(checkpoint, "ctranslate2", ct2_int8, quantization="int8")
+    export_checkpoint(checkpoint, "huggingface", hf)
+    report, bleu = {}, {}
+    for name, (b, a) in {"greedy": (1, alpha), f"beam{beam}": (beam, alpha),
+                         f"beam{beam}_alpha0": (beam, 0.0)}.items():  # fmt: skip
+        ours = aiayn_translations(checkpoint, sources, b, a)
+        systems = {"ctranslate2": ct2_translations(ct2, checkpoint, sources, b, a),
+                   "transformers": hf_translations(hf, sources, b, a)}  # fmt: skip
+        report[name] = {k: identical(ours, v) for k, v in systems.items()}
+        if name == f"beam{beam}":
+            int8 = ct2_translations(ct2_int8, checkpoint, sources, b, a, "int8")
+            systems["ctranslate2_int8"] = int8
+            systems["aiayn"] = ours
+            bleu = {k: round(score(v, refs)["sacrebleu"]["score"], 2) for k, v in systems.items()}
+    return {"identical_to_aiayn": report, f"bleu_beam{beam}_alpha{alpha}": bleu}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--checkpoint", required=True, type=Path)
+    parser.add_argument("--src", required=True, type=Path)
+    parser.add_argument("--ref", required=True, type=Path)
+    parser.add_argument("--limit", type=int, help="the first N lines only")
+    args = parser.parse_args()
+    sources = args.src.read_text("utf-8").splitlines()[: args.limit]
+    refs = args.ref.read_text("utf-8").splitlines()[: args.limit]
+    with tempfile.TemporaryDirectory() as tmp:
+        result = agreement(args.checkpoint, sources, refs, Path(tmp))
+    head = {"checkpoint": str(args.checkpoint), "sentences": len(sources)}
+    print(json.dumps({**head, **result}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

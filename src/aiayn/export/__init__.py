@@ -1,0 +1,41 @@
+"""A trained model taken elsewhere: a checkpoint exported to CTranslate2 (`ctranslate2.py`)
+or to a HuggingFace `MarianMTModel` directory (`huggingface.py`), each through that
+library's own API. Both read the checkpoint's weights as saved, so an export is the same
+whether or not the fast path (`aiayn.fast`) is used for aiayn's own decoding.
+
+    export_checkpoint("runs/mine/avg5", "ctranslate2", "deploy/ct2", quantization="int8")
+    export_checkpoint("runs/mine/avg5", "huggingface", "deploy/hf")
+
+The libraries are the optional extra `aiayn[export]`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiayn.errors import ExportError
+
+TARGETS = ("ctranslate2", "huggingface")
+
+
+def export_checkpoint(
+    checkpoint: str | Path, target: str, out: str | Path, quantization: str | None = None,
+    force: bool = False,
+) -> Path:  # fmt: skip
+    """Write checkpoint directory `checkpoint` as a `target` model directory `out`;
+    `quantization` (CTranslate2's weight types) applies to ctranslate2 only."""
+    if target not in TARGETS:
+        raise ExportError(f"unknown export target {target!r}; choose one of {', '.join(TARGETS)}")
+    if quantization is not None and target != "ctranslate2":
+        raise ExportError(f"--quantization applies to ctranslate2 exports, not {target}")
+    try:
+        if target == "ctranslate2":
+            from aiayn.export.ctranslate2 import export_ctranslate2
+
+            return export_ctranslate2(checkpoint, out, quantization, force)
+        from aiayn.export.huggingface import export_huggingface
+    except ImportError as err:
+        raise ExportError(
+            f"exporting to {target} needs {err.name}: pip install 'aiayn[export]'"
+        ) from err
+    return export_huggingface(checkpoint, out, force)

@@ -1,0 +1,91 @@
+"""What the CTranslate2 and HuggingFace exports share: the refusal of a model the target
+cannot represent, the number of positions a table must hold, the vocabulary as strings,
+and an output directory that appears whole or not at all.
+
+An export is written into a temporary directory beside OUT and renamed into place only
+when complete (as `aiayn.checkpoint` writes checkpoints), so a failed or interrupted export
+leaves no half-written OUT; an existing OUT is replaced only with `force`, and only if an
+earlier export wrote it (its `aiayn-export.json`) or it is empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from aiayn.checkpoint import Checkpoint, _replace_dir, _umask
+from aiayn.config import Config
+from aiayn.data.vocab import Vocab
+from aiayn.errors import ExportError
+
+MARKER = "aiayn-export.json"
+
+
+def refuse_unrepresentable(target: str, problems: list[str]) -> None:
+    """One clear error naming everything `target` cannot represent; nothing if empty."""
+    if problems:
+        raise ExportError(f"cannot export to {target}: {'; '.join(problems)}")
+
+
+def n_positions(config: Config) -> int:
+    """Positions a table must hold: sources are cut to `model.max_len` tokens (`Translator`),
+    and the decoder is fed bos plus at most `max_len + max_len_offset - 1` tokens (sec. 6.1:
+    output length up to input length + 50)."""
+    return config.model.max_len + config.decode.max_len_offset
+
+
+def pieces(vocab: Vocab) -> list[str]:
+    """The vocabulary's subword strings in id order: the token names both libraries use."""
+    return [vocab.piece(i) for i in range(vocab.size)]
+
+
+def array(tensor: torch.Tensor) -> np.ndarray:
+    """A float32 numpy copy (CTranslate2 quantizes spec arrays in place: never the model's)."""
+    return tensor.detach().to(device="cpu", dtype=torch.float32).numpy().copy()
+
+
+def write_marker(directory: Path, target: str, ckpt: Checkpoint, **extra: object) -> None:
+    """`aiayn-export.json`: what was exported, from which weights, and how."""
+    meta = {"format": "aiayn-export", "target": target,
+            "weights_sha256": ckpt.meta.get("weights_sha256"), **extra}  # fmt: skip
+    (directory / MARKER).write_text(json.dumps(meta, indent=1) + "\n", "utf-8")
+
+
+def check_output(out: Path, force: bool) -> None:
+    """Refuse an OUT that exists (unless `force`) or that is not an earlier export."""
+    if not out.exists() and not out.is_symlink():
+        return
+    ours = out.is_dir() and not out.is_symlink()
+    ours = ours and ((out / MARKER).is_file() or not any(out.iterdir()))
+    if not ours:
+        raise ExportError(f"{out}: exists and is not an aiayn export; refusing to replace it")
+    if not force:
+        raise ExportError(f"{out}: exists; --force replaces it")
+
+
+@contextlib.contextmanager
+def written_atomically(out: str | Path, force: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory beside `out`; renamed to `out` if the block succeeds,
+    removed if it fails, so `out` is never half-written."""
+    out = Path(out)
+    check_output(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        yield tmp
+        mode = 0o666 & ~_umask()
+        for file in tmp.rglob("*"):
+            if file.is_file():
+                os.chmod(file, mode)  # the user's usual modes, not mkdtemp's private ones
+        os.chmod(tmp, 0o777 & ~_umask())
+        _replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
