@@ -97,8 +97,10 @@ def test_no_hook_is_left_behind(translator):
 def test_explain_uses_the_models_own_translation_and_names_the_pieces(translator):
     text = "the cat sat on a mat"
     maps = explain(translator, text)
-    own = translator.translate([text])[0]
-    assert maps.target == ["<s>", *map(translator.tgt_vocab.piece, translator.tgt_vocab.encode(own))]
+    (best, *_), *_ = translator.hypotheses([text])  # the search's own tokens
+    assert maps.target == ["<s>", *map(translator.tgt_vocab.piece, best.tokens)]
+    assert translator.tgt_vocab.decode(best.tokens) == translator.translate([text])[0]
+    assert translator.hypotheses(["  ", text])[0] == []  # a blank text is not translated
     assert maps.source[-1] == "</s>" and "".join(maps.source[:-1]).replace("▁", " ").strip() == text
     given = explain(translator, text, target="der Hund")
     assert "".join(given.target[1:]).replace("▁", " ").strip() == "der Hund"

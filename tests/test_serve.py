@@ -19,15 +19,11 @@ from serve_helpers import request, running, wait_ready
 from tiny_checkpoint import WORDS, save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
 
-pytest.importorskip("fastapi")  # the serve extra; make's dev install has it
-
 SENTENCES = [" ".join(WORDS[i : i + 1 + i % 5]) for i in range(12)]
-
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     return save_tiny_checkpoint(tmp_path_factory.mktemp("serve") / "ckpt")
-
 
 @pytest.fixture(scope="module")
 def lone(ckpt):
@@ -35,14 +31,12 @@ def lone(ckpt):
     translator = Translator.from_checkpoint(ckpt, beam=2)
     return {s: translator.translate([s])[0] for s in SENTENCES}
 
-
 @pytest.fixture(scope="module")
 def server(ckpt):
     config = ServeConfig(str(ckpt), max_sentences=4, max_sentence_tokens=24, max_queue=6,
                          max_body_bytes=2000, max_beam=5, src_lang="en", tgt_lang="de")  # fmt: skip
     with running(config) as (url, service):
         yield url
-
 
 def test_translations_come_back_in_order_and_empty_strings_stay_empty(server, lone):
     texts = [SENTENCES[3], "", SENTENCES[0], "  "]
@@ -56,7 +50,6 @@ def test_translations_come_back_in_order_and_empty_strings_stay_empty(server, lo
     assert only["nbest"][0] == {"text": only["text"], "score": only["score"]}
     assert only["nbest"][0]["score"] >= only["nbest"][1]["score"]
 
-
 def test_libretranslate_shape(server):
     s = SENTENCES[2]
     reply = request(f"{server}/translate", {"q": s, "source": "en", "target": "de"})
@@ -68,7 +61,6 @@ def test_libretranslate_shape(server):
     assert many.body == {"translatedText": [single, ""]}
     wrong = request(f"{server}/translate", {"q": s, "source": "en", "target": "fr"})
     assert wrong.status == 422 and "'fr'" in wrong.body["error"] and "'de'" in wrong.body["error"]
-
 
 CASES = [
     ({"text": SENTENCES[:5]}, 413, "--max-sentences 4"),
@@ -86,7 +78,6 @@ CASES = [
     ([1, 2], 422, "JSON object"),
 ]
 
-
 @pytest.mark.parametrize(("body", "status", "message"), CASES)
 def test_each_bad_request_gets_its_status_and_names_the_limit(server, body, status, message):
     raw = body if isinstance(body, bytes) else None
@@ -96,14 +87,12 @@ def test_each_bad_request_gets_its_status_and_names_the_limit(server, body, stat
     after = request(f"{server}/v1/translate", {"text": "the cat"})
     assert after.status == 200 and len(after.body["translations"]) == 1
 
-
 def test_a_full_queue_is_503_with_retry_after(ckpt):
     with running(ServeConfig(str(ckpt), max_queue=2)) as (url, _):
         full = request(f"{url}/v1/translate", {"text": ["a", "b", "c"]})
         assert full.status == 503 and "--max-queue 2" in full.body["error"]
         assert int(full.headers["retry-after"]) >= 1
         assert request(f"{url}/v1/translate", {"text": ["a", "b"]}).status == 200
-
 
 def test_a_request_past_the_timeout_is_504_and_the_server_goes_on(ckpt):
     # The oldest request waits 300 ms for company: more than the 50 ms allowed.
@@ -112,7 +101,6 @@ def test_a_request_past_the_timeout_is_504_and_the_server_goes_on(ckpt):
         assert late.status == 504 and "--timeout 0.05 s" in late.body["error"]
         service.config.timeout_s = 30.0
         assert request(f"{url}/v1/translate", {"text": "the cat"}).status == 200
-
 
 def test_not_ready_until_loaded_and_warmed_up(ckpt, monkeypatch):
     gate = threading.Event()
@@ -129,7 +117,6 @@ def test_not_ready_until_loaded_and_warmed_up(ckpt, monkeypatch):
         gate.set()
         wait_ready(url)
         assert request(f"{url}/info").body["ready"] is True
-
 
 def test_concurrent_requests_share_model_calls_and_translate_as_alone(ckpt, lone):
     config = ServeConfig(str(ckpt), max_wait_ms=250)
@@ -150,7 +137,6 @@ def test_concurrent_requests_share_model_calls_and_translate_as_alone(ckpt, lone
         assert calls < 32, calls
         assert request(f"{url}/info").body["stats"]["sentences"] >= 32
 
-
 def test_one_at_a_time_settings_make_one_call_per_request(ckpt):
     config = ServeConfig(str(ckpt), max_wait_ms=0, max_batch_tokens=1)
     with running(config) as (url, service):
@@ -159,7 +145,6 @@ def test_one_at_a_time_settings_make_one_call_per_request(ckpt):
                                     SENTENCES[:8]))  # fmt: skip
         assert all(r.status == 200 for r in replies)
         assert service.batcher.stats.batches == 8
-
 
 def test_attention_in_the_api(server):
     reply = request(f"{server}/v1/translate", {"text": "the cat sat", "attention": True})
@@ -173,7 +158,6 @@ def test_attention_in_the_api(server):
     plain = request(f"{server}/v1/translate", {"text": "the cat sat"})
     assert "attention" not in plain.body["translations"][0]
 
-
 def test_info_and_the_page(server):
     info = request(f"{server}/info").body
     assert info["languages"] == {"source": "en", "target": "de"}
@@ -184,7 +168,6 @@ def test_info_and_the_page(server):
     # nothing from elsewhere: no src= or href= at all, and no URL but SVG's namespace name
     assert "src=" not in html and "href=" not in html
     assert html.count("http") == html.count("http://www.w3.org/2000/svg")
-
 
 def test_the_cli_names_a_checkpoint_it_cannot_load(tmp_path, ckpt, capsys):
     assert main(["serve", "--checkpoint", str(tmp_path / "none"), "--port", "0"]) == 2

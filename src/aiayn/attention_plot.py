@@ -96,9 +96,12 @@ def write_attention(
     check_options(fmt, kind, layer, translator.model.config.n_layers)
     if not text.strip():
         raise ConfigError("the source sentence is empty")
-    if target is None:
-        target = translator.translate([text])[0]
-    maps = explain(translator, text, target)
+    if target is None:  # the model's own best translation, as the search found it
+        hyps = translator.hypotheses([text])[0]
+        ids = hyps[0].tokens if hyps else []
+        maps, target = explain(translator, text, ids), translator.tgt_vocab.decode(ids)
+    else:
+        maps = explain(translator, text, target)
     out = Path(out)
     if fmt == "png":
         index = None if layer is None else layer - 1

@@ -12,8 +12,8 @@ computed again from them with the module's own projections and the core's explic
 which never registers these hooks, runs at its usual speed.
 
 Target rows are the decoder's input positions, `<s> y_1 ... y_n`: row i is the position
-that predicts y_{i+1} (the last one predicts eos). The model's own translation is its text
-encoded again with the target vocabulary.
+that predicts y_{i+1} (the last one predicts eos). The model's own translation is taken as
+the search found it, token by token (`Translator.hypotheses`).
 """
 
 from __future__ import annotations
@@ -135,17 +135,22 @@ def attention_maps(
     )
 
 
-def explain(translator: Translator, text: str, target: str | None = None) -> AttentionMaps:
-    """The attention of `translator`'s model on `text` and `target` (default: its own
-    best translation of `text`), with the source truncated as the Translator truncates it."""
+def explain(
+    translator: Translator, text: str, target: str | list[int] | None = None
+) -> AttentionMaps:
+    """The attention of `translator`'s model on `text` and `target`: a given translation
+    (text, encoded with the target vocabulary), its token ids, or by default the model's
+    own best translation. The source is truncated as the Translator truncates it."""
     if target is None:
-        target = translator.translate([text])[0]
-    src_ids = translator.src_vocab.encode(text)[: translator.model.config.max_len - 1]
-    tgt_ids = translator.tgt_vocab.encode(target)[: translator.model.config.max_len - 1]
+        hyps = translator.hypotheses([text])[0]
+        target = hyps[0].tokens if hyps else []
+    elif isinstance(target, str):
+        target = translator.tgt_vocab.encode(target)
+    limit = translator.model.config.max_len - 1
+    src_ids = [*translator.src_vocab.encode(text)[:limit], translator.src_vocab.eos_id]
     return attention_maps(
-        translator.model, translator.src_vocab, translator.tgt_vocab,
-        [*src_ids, translator.src_vocab.eos_id], tgt_ids,
-    )  # fmt: skip
+        translator.model, translator.src_vocab, translator.tgt_vocab, src_ids, target[:limit]
+    )
 
 
 def rounded(weights: Tensor, digits: int = 5) -> list:

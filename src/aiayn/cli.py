@@ -438,6 +438,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (8000; 0 = any free one)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, ... (cpu)")
     p.add_argument("--int8", action="store_true", help="int8 weights (CPU, float32 only)")
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads (torch's default)")
     p.add_argument("--src-lang", help="source language code (default: the training data's)")
     p.add_argument("--tgt-lang", help="target language code (default: the training data's)")
     limits = (("max_batch_tokens", int, "padded source tokens per batch"),

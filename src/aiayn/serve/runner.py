@@ -45,9 +45,11 @@ class TranslatorRunner:
             self.defaults, beam=options.beam, alpha=options.alpha, nbest=options.nbest
         )
         results = []
-        for text, hyps, attention in zip(texts, self.translator.translate_nbest(texts), extras):
+        for text, hyps, attention in zip(texts, self.translator.hypotheses(texts), extras):
+            decode = self.translator.tgt_vocab.decode
+            nbest = [(decode(h.tokens), h.score) for h in hyps] or [("", 0.0)]
             maps = None
-            if attention and text.strip():
-                maps = to_json(explain(self.translator, text, hyps[0][0]), digits=4)
-            results.append(Result(hyps, maps))
+            if attention and hyps:
+                maps = to_json(explain(self.translator, text, hyps[0].tokens), digits=4)
+            results.append(Result(nbest, maps))
         return results

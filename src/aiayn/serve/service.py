@@ -12,6 +12,8 @@ import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
+
 from aiayn.checkpoint import read_config
 from aiayn.errors import ConfigError
 from aiayn.model.transformer import parameter_count
@@ -29,6 +31,7 @@ class ServeConfig:
     port: int = 8000
     device: str = "cpu"
     int8: bool = False
+    threads: int | None = None  # torch's CPU threads (None: torch's default)
     max_batch_tokens: int = 4096  # padded source tokens of one batch
     max_wait_ms: float = 10.0  # how long the oldest request waits for others to join it
     max_queue: int = 1024  # sentences waiting; more -> 503
@@ -41,6 +44,8 @@ class ServeConfig:
     tgt_lang: str | None = None
 
     def __post_init__(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads must be at least 1, got {self.threads}")
         for name in ("max_batch_tokens", "max_queue", "max_sentences", "max_sentence_tokens",
                      "max_body_bytes", "max_beam"):  # fmt: skip
             if getattr(self, name) < 1:
@@ -85,6 +90,8 @@ class Service:
 
     def _load(self) -> TranslatorRunner:
         """In the worker: load, and decode once (so that ready means it has translated)."""
+        if self.config.threads is not None:
+            torch.set_num_threads(self.config.threads)
         translator = Translator.from_checkpoint(
             self.config.checkpoint, device=self.config.device, int8=self.config.int8,
             max_tokens=self.config.max_batch_tokens,
