@@ -71,23 +71,26 @@ def translate_on_page(page, url: str, text: str) -> list[str]:
     return page.locator("#results li.translation .text").all_text_contents()
 
 
-def show_lines(page, kind: str, layer: int, head: str, side: str, index: int) -> int:
+def show_lines(page, kind: str, layer: int, head: str, side: str, index: int) -> list[float]:
     """Pick kind, layer (0-based) and head ("all" or "0", "1", ...), click a piece on `side`
-    ("left": queries, "right": keys); -> the number of attention lines drawn."""
-    page.select_option("select[name=kind]", kind)
-    page.select_option("select[name=layer]", str(layer))
-    page.select_option("select[name=head]", head)
+    ("left": queries, "right": keys); -> the weights of the lines drawn, in drawing order."""
+    # by position: Playwright also matches a value against the labels ("1" is layer 0's)
+    page.select_option("select[name=kind]", value=kind)
+    page.select_option("select[name=layer]", index=layer)
+    page.select_option("select[name=head]", index=0 if head == "all" else int(head) + 1)
+    chosen = page.evaluate("[...document.querySelectorAll('.controls select')].map(s => s.value)")
+    assert chosen == [kind, str(layer), head], chosen
     page.click(f'svg.lines text.tok[data-side="{side}"][data-index="{index}"]')
-    return page.locator("svg.lines line.attn-line").count()
+    lines = page.locator("svg.lines line.attn-line")
+    return [float(w) for w in lines.evaluate_all("ls => ls.map(l => l.dataset.weight)")]
 
 
 def screenshot(checkpoint: Path, out: Path, text: str) -> None:
     """The README's picture: the page with `text` translated and a target piece clicked."""
     with served(checkpoint) as url, browser_page() as page:
         translate_on_page(page, url, text)
-        page.select_option("select[name=kind]", "cross")
-        page.select_option("select[name=layer]", str(page.locator("select[name=layer] option").count() - 1))
-        page.click('svg.lines text.tok[data-side="left"][data-index="2"]')
+        last = page.locator("select[name=layer] option").count() - 1
+        show_lines(page, "cross", last, "all", "left", 2)
         page.screenshot(path=str(out), full_page=True)
 
 

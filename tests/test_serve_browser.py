@@ -4,6 +4,9 @@ process, and the page `aiayn attention` writes. Never skipped: `.ci/run` install
 from __future__ import annotations
 
 import json
+import re
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -36,10 +39,6 @@ def page():
         yield page
 
 
-def _positive(rows) -> int:
-    return sum(w > 0 for row in rows for w in row)
-
-
 def test_the_page_translates_and_draws_the_attention_of_a_clicked_piece(url, page, tmp_path):
     shown = translate_on_page(page, url, SENTENCE)
     api = request(f"{url}/v1/translate", {"text": SENTENCE, "attention": True}).body
@@ -48,12 +47,12 @@ def test_the_page_translates_and_draws_the_attention_of_a_clicked_piece(url, pag
     a = reply["attention"]
     # decoder self-attention, layer 2, head 1, query piece 2: the pieces up to it
     drawn = show_lines(page, "decoder", 1, "0", "left", 2)
-    assert drawn == _positive([a["decoder"][1][0][2]]) == 3
+    assert drawn == [w for w in a["decoder"][1][0][2] if w > 0] and len(drawn) == 3
     # encoder-decoder attention, every head, source piece 1: from each target piece
     drawn = show_lines(page, "cross", 0, "all", "right", 1)
     heads = a["cross"][0]
-    assert drawn == _positive([[row[1] for row in head] for head in heads])
-    assert drawn == len(heads) * len(a["target"])
+    assert drawn == [w for head in heads for row in head for w in row[1:2] if w > 0]
+    assert len(drawn) == len(heads) * len(a["target"])
     assert page.locator("svg.heat").count() == len(a["cross"]) * len(heads)
     page.screenshot(path=str(tmp_path / "serve.png"), full_page=True)
     assert (tmp_path / "serve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -85,8 +84,10 @@ def test_the_attention_html_holds_the_json_data_and_draws_it_offline(ckpt, page,
     decoder = torch.tensor(viz["attention"][1]["attn"])  # (layers, heads, tgt_len, tgt_len)
     n = decoder.size(-1)
     assert decoder[..., torch.ones(n, n, dtype=torch.bool).triu(1)].eq(0).all()
-    drawn = show_lines(page, "decoder", 0, "all", "left", 1)
-    assert drawn == int(decoder[0, :, 1].gt(0).sum()) == decoder.size(1) * 2
+    drawn = show_lines(page, "decoder", 1, "all", "left", 1)
+    expected = decoder[1, :, 1]  # (heads, tgt_len): layer 2's weights of query piece 1
+    assert len(drawn) == int(expected.gt(0).sum()) == decoder.size(1) * 2
+    torch.testing.assert_close(torch.tensor(drawn), expected[expected.gt(0)], atol=1e-5, rtol=0)
     assert requests == [html.as_uri()]  # nothing loaded from elsewhere
 
 
@@ -103,3 +104,21 @@ def test_the_png_and_bad_options(ckpt, tmp_path, capsys):
     assert main(["attention", "--checkpoint", str(ckpt), "-o", str(png), "  "]) == 2
     assert "empty" in capsys.readouterr().err
     assert not list(Path(tmp_path).glob(".*.tmp"))
+
+
+def test_the_readmes_serve_and_curl_commands_run(url):
+    """The README's `bash` block: `aiayn serve` (as the module's server runs it, on this
+    test's checkpoint and a free port) and each curl command against it, verbatim but for
+    the address."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    lines = [l for l in re.search(r"```bash\n(.*?)```", readme, re.S).group(1).splitlines() if l]
+    serve_line, *curls = lines
+    args = shlex.split(serve_line)
+    assert args[:4] == [".venv/bin/aiayn", "serve", "--checkpoint", "runs/mine/avg5"]
+    assert args[4:] == ["--port", "8000"] and len(curls) == 2
+    for line in curls:
+        line = line.replace("localhost:8000", url.removeprefix("http://"))
+        done = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        reply = json.loads(done.stdout)
+        assert "translations" in reply or "translatedText" in reply, reply
