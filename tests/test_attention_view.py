@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 
 import pytest
@@ -125,3 +126,15 @@ def test_attention_maps_of_ids(translator):
     maps = attention_maps(translator.model, vocab, vocab, [7, 8, vocab.eos_id], [9])
     assert maps.source[-1] == "</s>" and maps.target == ["<s>", vocab.piece(9)]
     assert maps.encoder.shape[-2:] == (3, 3) and maps.decoder.shape[-2:] == (2, 2)
+
+
+def test_the_page_embeds_any_sentence_as_data_never_as_markup(translator):
+    from aiayn.attention_plot import render_html
+
+    text = 'a {{TITLE}} </script><b>"\\ {{JS}}'
+    maps = explain(translator, "the cat", target="der Hund")
+    page = render_html(maps, text, "der Hund")
+    data = page.split("const DATA = ", 1)[1].split(";</script>", 1)[0]
+    assert json.loads(data)["source_text"] == text and "</script><b>" not in data
+    assert f"<title>aiayn attention: {html.escape(text)}</title>" in page
+    assert page.count("<script>") == 3 and page.count("{{") == 4  # the text's own, twice

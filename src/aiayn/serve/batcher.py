@@ -5,7 +5,8 @@ The model runs in one worker thread, never in the server's event loop. A request
 adds the jobs behind it that decode with the same options until the batch would pass
 `max_batch_tokens` padded source tokens (the longest sentence times the sentences, as
 `translate.token_batches` counts them) or `max_wait_ms` have passed since the oldest
-arrived; then it runs the batch as one call. `max_batch_tokens=1, max_wait_ms=0` serves one
+arrived, or since the worker finished its last batch if that is later; then it runs the
+batch as one call. `max_batch_tokens=1, max_wait_ms=0` serves one
 request at a time, for comparison. A job whose caller gave up (its future cancelled) before
 the worker took it is dropped unrun.
 """
@@ -80,6 +81,7 @@ class Batcher:
         self._waiting = 0  # sentences in the queue
         self._cond = threading.Condition()
         self._stop = False
+        self._free_since = 0.0  # when the worker finished its last batch
         self._thread = threading.Thread(target=self._work, name="aiayn-model", daemon=True)
 
     def start(self) -> None:
@@ -138,7 +140,9 @@ class Batcher:
                 if self._stop:
                     return None
                 first = self._queue[0]
-                deadline = first.arrived + self.max_wait
+                # Wait from when the worker is free: requests that came while it ran a batch
+                # may still be in the event loop, which shares the interpreter with it.
+                deadline = max(first.arrived, self._free_since) + self.max_wait
                 while not self._stop:
                     batch = self._fitting(first)
                     full = self._cost(batch) >= self.max_batch_tokens or len(batch) < sum(
@@ -175,6 +179,7 @@ class Batcher:
             for job in batch:
                 job.future.set_exception(err)
             return
+        self._free_since = time.monotonic()
         self.stats.batches += 1
         self.stats.sentences += len(texts)
         start = 0

@@ -4,6 +4,7 @@ every page aiayn writes or serves is a single file that loads nothing from elsew
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 
 
@@ -21,7 +22,5 @@ def page(template: str, **parts: str) -> str:
     """`template` with each `{{NAME}}` replaced by `parts[NAME]`; "{{CSS}}" and "{{JS}}"
     are the attention view's own stylesheet and script unless given."""
     parts = {"CSS": asset("attention.css"), "JS": asset("attention.js"), **parts}
-    text = asset(template)
-    for name, value in parts.items():
-        text = text.replace("{{" + name + "}}", value)
-    return text
+    # one pass: a part's own text (a sentence holding "{{TITLE}}", say) is never replaced
+    return re.sub(r"\{\{([A-Z]+)\}\}", lambda m: parts.get(m[1], m[0]), asset(template))
