@@ -17,8 +17,8 @@ growth between the two.
 Targets (issue 34): at 32 clients, dynamic >= 3x one-at-a-time's sentences/s, p99 no
 worse, zero errors, resident memory flat over the run.
 
-Prints one JSON object and writes it to benchmarks/results/serve_load-<UTC date>-<commit>-
-<CPU>.json. Loopback only; every loop is bounded in requests and time.
+Prints one JSON object and writes it to benchmarks/results/serve_load-<UTC date and
+time>-<commit>-<CPU>.json. Loopback only; every loop is bounded in requests and time.
 """
 
 from __future__ import annotations
@@ -195,7 +195,8 @@ def main() -> None:
     print(text)
     RESULTS.mkdir(exist_ok=True)
     cpu = re.sub(r"[^A-Za-z0-9]+", "-", report["machine"]["cpu"]).strip("-")
-    name = f"serve_load-{report['utc'][:10]}-{report['machine']['commit']}-{cpu}.json"
+    stamp = report["utc"].replace(":", "")[:15] + "Z"  # 2026-11-26T0712Z: runs never collide
+    name = f"serve_load-{stamp}-{report['machine']['commit']}-{cpu}.json"
     (RESULTS / name).write_text(text + "\n")
 
 
