@@ -34,6 +34,8 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_translate(sub)
     _add_evaluate(sub)
     _add_export(sub)
+    _add_attention(sub)
+    _add_serve(sub)
     return parser
 
 
@@ -388,6 +390,98 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     report = score(hyps, refs, lang)
     print(json.dumps(report) if args.json else format_report(report))
     return 0
+
+
+def _add_attention(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "attention",
+        help="the attention of every layer and head for one sentence: html, png or json",
+        description="Translate SENTENCE (or take --target) and write its attention weights: "
+        "html (one self-contained page: lines as in the paper's figures, heat maps of layers x "
+        "heads), png (heat maps of --kind, one --layer or all) or json (bertviz's layout).",
+    )
+    _add_decode_options(p)
+    p.add_argument("sentence", metavar="SENTENCE", help="the source sentence")
+    p.add_argument("--target", metavar="TEXT", help="a given translation (default: the model's)")
+    p.add_argument("--format", default="html", choices=("html", "png", "json"), help="(html)")
+    p.add_argument("--kind", default="cross", choices=("encoder", "decoder", "cross"),
+                   help="png: which attention (cross = encoder-decoder)")  # fmt: skip
+    p.add_argument("--layer", type=int, metavar="N", help="png: only layer N (1-based)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write")
+    p.set_defaults(run=_run_attention)
+
+
+def _run_attention(args: argparse.Namespace) -> int:
+    from aiayn.attention_plot import write_attention
+
+    if args.checkpoint is None:
+        raise ConfigError("give --checkpoint DIR")
+    maps = write_attention(
+        _translator(args), args.sentence, args.output, args.format, args.target, args.kind,
+        args.layer,
+    )  # fmt: skip
+    print(f"wrote {args.output}: {len(maps.source)} source and {len(maps.target)} target pieces")
+    return 0
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="serve a checkpoint over HTTP: JSON API, LibreTranslate's API, a web page",
+        description="Serve --checkpoint on http://HOST:PORT/ (needs the serve extra: pip "
+        "install 'aiayn[serve]'). Concurrent requests are batched up to --max-batch-tokens "
+        "source tokens or --max-wait-ms; --max-batch-tokens 1 --max-wait-ms 0 serves one "
+        "request at a time. GET / is a web page; POST /v1/translate and /translate (in "
+        "LibreTranslate's shape) translate; GET /health, /ready and /info report.",
+    )
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint directory")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="port (8000; 0 = any free one)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, ... (cpu)")
+    p.add_argument("--int8", action="store_true", help="int8 weights (CPU, float32 only)")
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads (torch's default)")
+    p.add_argument("--src-lang", help="source language code (default: the training data's)")
+    p.add_argument("--tgt-lang", help="target language code (default: the training data's)")
+    limits = (("max_batch_tokens", int, "padded source tokens per batch"),
+              ("max_wait_ms", float, "wait for more requests to batch, in ms"),
+              ("max_queue", int, "sentences waiting before 503"),
+              ("max_sentences", int, "sentences per request before 413"),
+              ("max_sentence_tokens", int, "tokens of one sentence before 413"),
+              ("max_body_bytes", int, "request body size before 413"),
+              ("max_beam", int, "largest beam a request may ask for"),
+              ("timeout_s", float, "seconds before a request gets 504"))  # fmt: skip
+    from aiayn.serve.service import ServeConfig
+
+    for name, kind, text in limits:
+        default = ServeConfig.__dataclass_fields__[name].default
+        flag = "--timeout" if name == "timeout_s" else f"--{name.replace('_', '-')}"
+        p.add_argument(flag, dest=name, type=kind, default=default, metavar="N",
+                       help=f"{text} ({default})")  # fmt: skip
+    p.set_defaults(run=_run_serve)
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from aiayn.serve.service import ServeConfig
+
+    try:
+        from aiayn.serve.app import serve
+    except ImportError as err:
+        raise ConfigError(f"aiayn serve needs the serve extra: pip install 'aiayn[serve]' ({err})")
+    names = [f.name for f in dataclasses.fields(ServeConfig)]
+    serve(ServeConfig(**{n: getattr(args, n) for n in names if hasattr(args, n)}),
+          announce=lambda line: print(line, flush=True))  # fmt: skip
+    return 0
+
+
+def _refuse_output_among_inputs(output: str | None, *inputs: str | None) -> None:
+    """An output file that is also an input would be emptied before it is read."""
+    if output is None or not os.path.exists(output):
+        return
+    for name in inputs:
+        if name is not None and os.path.exists(name) and os.path.samefile(output, name):
+            raise ConfigError(f"{output}: is also an input ({name}); write the output elsewhere")
 
 
 def main(argv: list[str] | None = None) -> int:

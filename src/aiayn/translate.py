@@ -131,6 +131,12 @@ class Translator:
             results[index] = [(self.tgt_vocab.decode(h.tokens), h.score) for h in hyps]
         return results
 
+    def hypotheses(self, texts: Sequence[str]) -> list[list[Hypothesis]]:
+        """Per text, its `decode.nbest` best hypotheses (token ids, scores), best first;
+        none for a blank text. The ids are what attention views read (`attention_view`)."""
+        found = self._search(texts)
+        return [found.get(i, []) for i in range(len(texts))]
+
     def _search(self, texts: Sequence[str]) -> dict[int, list[Hypothesis]]:
         """Encode the non-blank texts, decode them in length-sorted token batches."""
         todo = [i for i, text in enumerate(texts) if text.strip()]

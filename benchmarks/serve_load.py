@@ -1,0 +1,225 @@
+"""Load on `aiayn serve`: dynamic batching against one-request-at-a-time serving, one run.
+
+    .venv/bin/python benchmarks/serve_load.py --checkpoint runs/demo/checkpoint
+        [--clients 1 8 32] [--seconds 20] [--max-requests 3000] [--threads 2]
+        [--sentences runs/demo/corpus/test.en]
+
+Two real `aiayn serve` processes on loopback, one after the other: "dynamic" with the
+service's default batching (--max-wait-ms 10, --max-batch-tokens 4096) and
+"one_at_a_time" (--max-wait-ms 0 --max-batch-tokens 1). Against each, for 1, 8 and 32
+concurrent clients, each client sends single sentences of the demo test split (the test
+split `aiayn demo` generates) to POST /v1/translate, one after the other on a kept-alive
+connection, until `--seconds` have passed or `--max-requests` have been sent in all.
+Reported per cell: sentences/s, latency p50 and p99, errors (any status but 200, or a
+failed connection), and the server's resident memory (VmRSS) before and after the cell;
+the 32-client cell runs twice, and the summary takes the second (warm) one and the memory
+growth between the two.
+Targets (issue 34): at 32 clients, dynamic >= 3x one-at-a-time's sentences/s, p99 no
+worse, zero errors, resident memory flat over the run.
+
+Prints one JSON object and writes it to benchmarks/results/serve_load-<UTC date and
+time>-<commit>-<CPU>.json. Loopback only; every loop is bounded in requests and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+MODES = {
+    "dynamic": ["--max-wait-ms", "10", "--max-batch-tokens", "4096"],
+    "one_at_a_time": ["--max-wait-ms", "0", "--max-batch-tokens", "1"],
+}
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def demo_test_sentences() -> list[str]:
+    """The source side of `aiayn demo`'s test split (the same generator and sizes)."""
+    from aiayn.data.demo_corpus import demo_splits
+    from aiayn.demo import DEMO_SIZES
+
+    return [src for src, _ in demo_splits(**DEMO_SIZES).test]
+
+
+def start_server(checkpoint: str, threads: int, options: list[str]) -> tuple[subprocess.Popen, int]:
+    command = [sys.executable, "-m", "aiayn", "serve", "--checkpoint", checkpoint, "--port",
+               "0", "--threads", str(threads), "--max-queue", "100000", *options]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    line = process.stdout.readline()
+    port = int(re.search(r"127\.0\.0\.1:(\d+)", line).group(1))
+    for _ in range(1200):  # 120 s at most
+        try:
+            if _get(port, "/ready")[0] == 200:
+                return process, port
+        except OSError:
+            pass
+        time.sleep(0.1)
+    process.terminate()
+    raise RuntimeError("the server did not get ready in 120 s")
+
+
+def _get(port: int, path: str) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", path)
+        reply = conn.getresponse()
+        return reply.status, json.loads(reply.read())
+    finally:
+        conn.close()
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def run_cell(port: int, sentences: list[str], clients: int, seconds: float, cap: int) -> dict:
+    """`clients` threads sending one sentence a request until time or the cap is up."""
+    latencies: list[float] = []
+    errors = [0]
+    sent = [0]
+    lock = threading.Lock()
+    end = time.monotonic() + seconds
+
+    def client(k: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        i = k * 37
+        while time.monotonic() < end:
+            with lock:
+                if sent[0] >= cap:
+                    break
+                sent[0] += 1
+            body = json.dumps({"text": sentences[i % len(sentences)]})
+            i += 1
+            start = time.monotonic()
+            try:
+                conn.request("POST", "/v1/translate", body, {"Content-Type": "application/json"})
+                reply = conn.getresponse()
+                reply.read()
+                ok = reply.status == 200
+            except (OSError, http.client.HTTPException):
+                ok = False
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+            with lock:
+                if ok:
+                    latencies.append(time.monotonic() - start)
+                else:
+                    errors[0] += 1
+        conn.close()
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    began = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - began
+    cuts = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
+    return {
+        "clients": clients, "requests": sent[0], "errors": errors[0],
+        "sentences_per_s": round(len(latencies) / wall, 2), "wall_s": round(wall, 2),
+        "p50_ms": round(cuts[49] * 1000, 1), "p99_ms": round(cuts[98] * 1000, 1),
+    }  # fmt: skip
+
+
+def run_mode(args, name: str, sentences: list[str]) -> dict:
+    process, port = start_server(args.checkpoint, args.threads, MODES[name])
+    try:
+        cells = []
+        for clients in args.clients:
+            before = rss_mb(process.pid)
+            cell = run_cell(port, sentences, clients, args.seconds, args.max_requests)
+            cell.update(rss_mb_before=round(before, 1), rss_mb_after=round(rss_mb(process.pid), 1))
+            cells.append(cell)
+            print(name, json.dumps(cell), file=sys.stderr)
+        stats = _get(port, "/info")[1]["stats"]
+        return {"options": MODES[name], "cells": cells, "server_stats": stats}
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, cwd=Path(__file__).parent).stdout.strip() or "unknown"  # fmt: skip
+    import os
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "commit": commit,
+            "load_average_at_start": list(os.getloadavg())}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 32],
+                        help="a cell per number, in order (1 8 32 32: 32 twice, to see "
+                        "whether memory stays flat once warm)")  # fmt: skip
+    parser.add_argument("--seconds", type=float, default=20.0, help="per cell (20)")
+    parser.add_argument("--max-requests", type=int, default=3000, help="per cell (3000)")
+    parser.add_argument("--threads", type=int, default=2, help="the server's torch threads (2)")
+    parser.add_argument("--sentences", metavar="FILE",
+                        help="one a line (default: the demo test split's English, generated)")
+    args = parser.parse_args()
+    if args.sentences:
+        sentences = [l for l in Path(args.sentences).read_text().splitlines() if l.strip()]
+    else:
+        sentences = demo_test_sentences()
+    report = {"benchmark": "serve_load", "checkpoint": args.checkpoint,
+              "utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "machine": machine(), "seconds_per_cell": args.seconds,
+              "max_requests_per_cell": args.max_requests, "server_threads": args.threads,
+              "modes": {name: run_mode(args, name, sentences) for name in MODES}}  # fmt: skip
+    report["summary"] = summary(report["modes"], max(args.clients))
+    text = json.dumps(report, indent=2)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    cpu = re.sub(r"[^A-Za-z0-9]+", "-", report["machine"]["cpu"]).strip("-")
+    stamp = report["utc"].replace(":", "")[:15] + "Z"  # 2026-11-26T0712Z: runs never collide
+    name = f"serve_load-{stamp}-{report['machine']['commit']}-{cpu}.json"
+    (RESULTS / name).write_text(text + "\n")
+
+
+def summary(modes: dict, clients: int) -> dict:
+    """The issue's targets at `clients` concurrent clients."""
+    dyn = [c for c in modes["dynamic"]["cells"] if c["clients"] == clients][-1]
+    one = [c for c in modes["one_at_a_time"]["cells"] if c["clients"] == clients][-1]
+    cells = [c for m in modes.values() for c in m["cells"]]
+    rss = [c[k] for c in modes["dynamic"]["cells"] for k in ("rss_mb_before", "rss_mb_after")]
+    same = [c for c in modes["dynamic"]["cells"] if c["clients"] == clients]
+    speedup = dyn["sentences_per_s"] / max(one["sentences_per_s"], 1e-9)
+    return {
+        "clients": clients, "throughput_ratio": round(speedup, 2),
+        "throughput_target_3x_met": speedup >= 3.0,
+        "p99_ms_dynamic": dyn["p99_ms"], "p99_ms_one_at_a_time": one["p99_ms"],
+        "p99_target_met": dyn["p99_ms"] <= one["p99_ms"],
+        "errors": sum(c["errors"] for c in cells),
+        "dynamic_rss_mb_min_max": [min(rss), max(rss)],
+        # the same load again: growth after the first such cell (buffers sized, warm)
+        "dynamic_rss_mb_growth_repeat": round(same[-1]["rss_mb_after"] - same[0]["rss_mb_after"], 1)
+        if len(same) > 1 else None,
+    }  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

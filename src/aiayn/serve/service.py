@@ -1,0 +1,163 @@
+"""The translation service without its HTTP layer: limits, the model's loading, requests.
+
+`Service.translate` checks a request against the limits (`ServeConfig`), queues it for the
+worker thread (`batcher.Batcher`) and waits for it, at most `timeout_s`. Each refusal is an
+`ApiError` with the HTTP status it maps to and a message naming the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from aiayn.checkpoint import read_config
+from aiayn.errors import ConfigError
+from aiayn.model.transformer import parameter_count
+from aiayn.serve.batcher import Batcher, Job, NotReady, QueueFull
+from aiayn.serve.runner import Options, Result, TranslatorRunner
+from aiayn.translate import Translator
+
+
+@dataclass
+class ServeConfig:
+    """`aiayn serve`'s options: the model, where to listen, batching and the limits."""
+
+    checkpoint: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    device: str = "cpu"
+    int8: bool = False
+    threads: int | None = None  # torch's CPU threads (None: torch's default)
+    max_batch_tokens: int = 4096  # padded source tokens of one batch
+    max_wait_ms: float = 10.0  # how long the oldest request waits for others to join it
+    max_queue: int = 1024  # sentences waiting; more -> 503
+    max_sentences: int = 64  # per request; more -> 413
+    max_sentence_tokens: int = 256  # source tokens of one sentence, eos included; more -> 413
+    max_body_bytes: int = 1 << 20  # more -> 413
+    max_beam: int = 16  # a larger beam -> 422
+    timeout_s: float = 60.0  # a request not answered by then -> 504
+    src_lang: str | None = None  # None: the prepared data's, when its manifest is there
+    tgt_lang: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads must be at least 1, got {self.threads}")
+        for name in ("max_batch_tokens", "max_queue", "max_sentences", "max_sentence_tokens",
+                     "max_body_bytes", "max_beam"):  # fmt: skip
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.max_wait_ms < 0 or self.timeout_s <= 0:
+            raise ConfigError("--max-wait-ms must be >= 0 and --timeout > 0")
+        if not 0 <= self.port < 65536:
+            raise ConfigError(f"--port {self.port} is not a port number")
+
+
+class ApiError(Exception):
+    """A refused request: HTTP `status`, a message naming the problem, extra headers."""
+
+    def __init__(self, status: int, message: str, headers: dict | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+def _languages(config) -> tuple[str | None, str | None]:
+    """The prepared data's languages (its manifest), if the checkpoint's data dir is here."""
+    manifest = Path(config.data.dir) / "manifest.json" if config.data.dir else None
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8")) if manifest else {}
+    except (OSError, ValueError):
+        data = {}
+    return data.get("src_lang"), data.get("tgt_lang")
+
+
+class Service:
+    """One model behind a queue; `start` begins loading it in the worker thread."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        self.config = config
+        self.model_config = read_config(Path(config.checkpoint))  # a bad path fails now
+        found = _languages(self.model_config)
+        self.languages = (config.src_lang or found[0], config.tgt_lang or found[1])
+        self.translator: Translator | None = None
+        self.parameters: int | None = None  # counted by the worker (building a model is slow)
+        self.batcher = Batcher(
+            self._load, config.max_batch_tokens, config.max_wait_ms, config.max_queue
+        )
+
+    def _load(self) -> TranslatorRunner:
+        """In the worker: load, and decode once (so that ready means it has translated)."""
+        if self.config.threads is not None:
+            torch.set_num_threads(self.config.threads)
+        translator = Translator.from_checkpoint(
+            self.config.checkpoint, device=self.config.device, int8=self.config.int8,
+            max_tokens=self.config.max_batch_tokens,
+        )  # fmt: skip
+        translator.translate(["warm up"])
+        self.parameters = parameter_count(self.model_config.model)
+        self.translator = translator
+        return TranslatorRunner(translator)
+
+    def start(self) -> None:
+        self.batcher.start()
+
+    def stop(self) -> None:
+        self.batcher.stop()
+
+    def check_ready(self) -> None:
+        if not self.batcher.ready:
+            reason = self.batcher.error or "the model is loading"
+            raise ApiError(503, f"not ready: {reason}", {"Retry-After": "2"})
+
+    def defaults(self) -> Options:
+        decode = self.model_config.decode
+        return Options(beam=decode.beam, alpha=decode.alpha, nbest=1)
+
+    def _lengths(self, texts: list[str]) -> list[int]:
+        """Source tokens of each text (eos included); 413 past `max_sentence_tokens`."""
+        c = self.config
+        if len(texts) > c.max_sentences:
+            raise ApiError(413, f"too many sentences: {len(texts)}; the limit is "
+                                f"--max-sentences {c.max_sentences}")  # fmt: skip
+        lengths = [len(ids) + 1 for ids in self.translator.src_vocab.encode_batch(texts)]
+        for i, n in enumerate(lengths):
+            if n > c.max_sentence_tokens:
+                raise ApiError(413, f"sentence {i + 1} is too long: {n} tokens; the limit is "
+                                    f"--max-sentence-tokens {c.max_sentence_tokens}")  # fmt: skip
+        return lengths
+
+    async def translate(self, texts: list[str], options: Options, attention: bool) -> list[Result]:
+        """Each text's results, in order; refusals as `ApiError`s."""
+        self.check_ready()
+        job = Job(texts, self._lengths(texts), options, [attention] * len(texts))
+        try:
+            future = self.batcher.submit(job)
+        except QueueFull as err:
+            raise ApiError(503, str(err), {"Retry-After": "1"}) from None
+        except NotReady as err:
+            raise ApiError(503, f"not ready: {err}", {"Retry-After": "2"}) from None
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), self.config.timeout_s)
+        except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
+            raise ApiError(504, f"no translation within --timeout {self.config.timeout_s:g} s; "
+                                "send fewer or shorter sentences") from None  # fmt: skip
+
+    def info(self) -> dict:
+        m, c = self.model_config.model, self.config
+        limits = {k: getattr(c, k) for k in ("max_sentences", "max_sentence_tokens",
+                                              "max_body_bytes", "max_beam", "max_queue",
+                                              "timeout_s")}  # fmt: skip
+        return {
+            "model": {"checkpoint": Path(c.checkpoint).name, "d_model": m.d_model,
+                      "n_heads": m.n_heads, "n_layers": m.n_layers, "d_ff": m.d_ff,
+                      "parameters": self.parameters, "int8": c.int8, "device": c.device},
+            "languages": {"source": self.languages[0], "target": self.languages[1]},
+            "decode": asdict(self.defaults()),
+            "limits": limits,
+            "batching": {"max_batch_tokens": c.max_batch_tokens, "max_wait_ms": c.max_wait_ms},
+            "ready": self.batcher.ready,
+            "stats": asdict(self.batcher.stats),
+        }  # fmt: skip

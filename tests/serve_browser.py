@@ -1,0 +1,98 @@
+"""Drive the service's web page in a real headless Chromium (Debian's, through Playwright).
+
+The browser test uses these functions; so does the README's screenshot:
+
+    python tests/serve_browser.py runs/demo/checkpoint docs/serve.png "A small dog sees the cat."
+
+`aiayn serve` runs as a real subprocess on a free loopback port.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from serve_helpers import wait_ready
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's; `.ci/run` installs it when missing
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+
+
+@contextmanager
+def served(checkpoint: Path, *options: str) -> Iterator[str]:
+    """`aiayn serve --checkpoint checkpoint --port 0` as a subprocess; yields its URL once
+    it is ready, and stops it afterwards."""
+    command = [sys.executable, "-m", "aiayn", "serve", "--checkpoint", str(checkpoint),
+               "--port", "0", "--threads", "1", *options]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()  # "aiayn serve: listening on http://127.0.0.1:N/ ..."
+        if "listening on " not in line:
+            raise RuntimeError(f"aiayn serve did not start: {line!r}")
+        url = line.split("listening on ", 1)[1].split()[0].rstrip("/")
+        wait_ready(url)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+@contextmanager
+def browser_page() -> Iterator:
+    """A Playwright page in a fresh headless Chromium profile."""
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, headless=True, args=ARGS,
+            viewport={"width": 1000, "height": 900},
+        )  # fmt: skip
+        try:
+            yield context.new_page()
+        finally:
+            context.close()
+
+
+def translate_on_page(page, url: str, text: str) -> list[str]:
+    """Open the page, type `text`, press Translate; -> the translations it shows."""
+    page.goto(url + "/")
+    page.fill("#source", text)
+    page.click("#translate")
+    page.wait_for_selector("body[data-state=done]")
+    error = page.text_content("#status")
+    if error:
+        raise RuntimeError(error)
+    page.wait_for_selector("svg.lines line.attn-line", state="attached")
+    return page.locator("#results li.translation .text").all_text_contents()
+
+
+def show_lines(page, kind: str, layer: int, head: str, side: str, index: int) -> list[float]:
+    """Pick kind, layer (0-based) and head ("all" or "0", "1", ...), click a piece on `side`
+    ("left": queries, "right": keys); -> the weights of the lines drawn, in drawing order."""
+    # by position: Playwright also matches a value against the labels ("1" is layer 0's)
+    page.select_option("select[name=kind]", value=kind)
+    page.select_option("select[name=layer]", index=layer)
+    page.select_option("select[name=head]", index=0 if head == "all" else int(head) + 1)
+    chosen = page.evaluate("[...document.querySelectorAll('.controls select')].map(s => s.value)")
+    assert chosen == [kind, str(layer), head], chosen
+    page.click(f'svg.lines text.tok[data-side="{side}"][data-index="{index}"]')
+    lines = page.locator("svg.lines line.attn-line")
+    return [float(w) for w in lines.evaluate_all("ls => ls.map(l => l.dataset.weight)")]
+
+
+def screenshot(checkpoint: Path, out: Path, text: str) -> None:
+    """The README's picture: the page with `text` translated and a target piece clicked."""
+    with served(checkpoint) as url, browser_page() as page:
+        translate_on_page(page, url, text)
+        last = page.locator("select[name=layer] option").count() - 1
+        show_lines(page, "cross", last, "all", "left", 2)
+        page.screenshot(path=str(out), full_page=True)
+
+
+if __name__ == "__main__":
+    screenshot(Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3])

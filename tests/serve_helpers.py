@@ -1,0 +1,66 @@
+"""A real `aiayn serve` app on loopback for the service's tests, and a small HTTP client."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from aiayn.serve.service import ServeConfig, Service
+
+
+@dataclass
+class Reply:
+    status: int
+    body: dict
+    headers: dict
+
+
+def request(url: str, data: object = None, raw: bytes | None = None, timeout: float = 60) -> Reply:
+    """GET `url`, or POST `data` as JSON (or `raw` bytes); the reply whatever its status."""
+    body = raw if raw is not None else None if data is None else json.dumps(data).encode()
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as reply:
+            return Reply(reply.status, json.loads(reply.read()), dict(reply.headers))
+    except urllib.error.HTTPError as err:
+        return Reply(err.code, json.loads(err.read()), dict(err.headers))
+
+
+def wait_ready(url: str, seconds: float = 60) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            if request(f"{url}/ready", timeout=5).status == 200:
+                return
+        except OSError:  # not listening yet
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"{url} not ready in {seconds} s")
+
+
+@contextmanager
+def running(config: ServeConfig, ready: bool = True) -> Iterator[tuple[str, Service]]:
+    """The app of `config` served by uvicorn in a thread on a free loopback port."""
+    import uvicorn
+
+    from aiayn.serve.app import create_app, listening_socket
+
+    service = Service(config)
+    sock = listening_socket("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    try:
+        if ready:
+            wait_ready(url)
+        yield url, service
+    finally:
+        server.should_exit = True
+        thread.join(30)

@@ -1,0 +1,181 @@
+"""`aiayn serve`: the API on a real uvicorn server on loopback, its limits and its batching."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import threading
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from aiayn.cli import main
+from aiayn.errors import ConfigError
+from aiayn.serve.service import ServeConfig, Service
+from aiayn.translate import Translator
+from serve_helpers import request, running, wait_ready
+from tiny_checkpoint import WORDS, save_tiny_checkpoint
+from tiny_run import one_thread  # noqa: F401 (autouse fixture)
+
+SENTENCES = [" ".join(WORDS[i : i + 1 + i % 5]) for i in range(12)]
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("serve") / "ckpt")
+
+@pytest.fixture(scope="module")
+def lone(ckpt):
+    """What the model gives each sentence translated alone, at beam 2."""
+    translator = Translator.from_checkpoint(ckpt, beam=2)
+    return {s: translator.translate([s])[0] for s in SENTENCES}
+
+@pytest.fixture(scope="module")
+def server(ckpt):
+    config = ServeConfig(str(ckpt), max_sentences=4, max_sentence_tokens=24, max_queue=6,
+                         max_body_bytes=2000, max_beam=5, src_lang="en", tgt_lang="de")  # fmt: skip
+    with running(config) as (url, service):
+        yield url
+
+def test_translations_come_back_in_order_and_empty_strings_stay_empty(server, lone):
+    texts = [SENTENCES[3], "", SENTENCES[0], "  "]
+    reply = request(f"{server}/v1/translate", {"text": texts, "beam": 2})
+    assert reply.status == 200
+    got = [t["text"] for t in reply.body["translations"]]
+    assert got == [lone[SENTENCES[3]], "", lone[SENTENCES[0]], ""]
+    one = request(f"{server}/v1/translate", {"text": SENTENCES[5], "beam": 2, "nbest": 2}).body
+    (only,) = one["translations"]
+    assert only["text"] == lone[SENTENCES[5]] and len(only["nbest"]) == 2
+    assert only["nbest"][0] == {"text": only["text"], "score": only["score"]}
+    assert only["nbest"][0]["score"] >= only["nbest"][1]["score"]
+
+def test_libretranslate_shape(server):
+    s = SENTENCES[2]
+    reply = request(f"{server}/translate", {"q": s, "source": "en", "target": "de"})
+    assert reply.status == 200
+    # both with the checkpoint's decoding defaults
+    single = request(f"{server}/v1/translate", {"text": s}).body["translations"][0]["text"]
+    assert reply.body == {"translatedText": single}
+    many = request(f"{server}/translate", {"q": [s, ""], "source": "auto", "target": "de"})
+    assert many.body == {"translatedText": [single, ""]}
+    wrong = request(f"{server}/translate", {"q": s, "source": "en", "target": "fr"})
+    assert wrong.status == 422 and "'fr'" in wrong.body["error"] and "'de'" in wrong.body["error"]
+
+CASES = [
+    ({"text": SENTENCES[:5]}, 413, "--max-sentences 4"),
+    ({"text": ["the cat " * 30]}, 413, "--max-sentence-tokens 24"),
+    ({"text": "x" * 3000}, 413, "--max-body-bytes 2000"),
+    (b'{"text": "the cat"', 422, "invalid JSON"),
+    (b"\xff\xfe", 422, "invalid JSON"),
+    ({"text": "a", "beam": 0}, 422, '"beam" must be in 1..5'),
+    ({"text": "a", "beam": 6}, 422, "--max-beam"),
+    ({"text": "a", "beam": 2, "nbest": 3}, 422, '"nbest" must be in 1..2'),
+    ({"text": "a", "alpha": -1}, 422, '"alpha"'),
+    ({"text": "a", "attention": "yes"}, 422, '"attention"'),
+    ({"text": 7}, 422, '"text" must be a string or a list of strings'),
+    ({"txt": "a"}, 422, "unknown field(s) txt"),
+    ([1, 2], 422, "JSON object"),
+]
+
+@pytest.mark.parametrize(("body", "status", "message"), CASES)
+def test_each_bad_request_gets_its_status_and_names_the_limit(server, body, status, message):
+    raw = body if isinstance(body, bytes) else None
+    reply = request(f"{server}/v1/translate", None if raw else body, raw=raw)
+    assert reply.status == status and message in reply.body["error"], reply.body
+    assert request(f"{server}/health").body == {"status": "ok"}
+    after = request(f"{server}/v1/translate", {"text": "the cat"})
+    assert after.status == 200 and len(after.body["translations"]) == 1
+
+def test_a_full_queue_is_503_with_retry_after(ckpt):
+    with running(ServeConfig(str(ckpt), max_queue=2)) as (url, _):
+        full = request(f"{url}/v1/translate", {"text": ["a", "b", "c"]})
+        assert full.status == 503 and "--max-queue 2" in full.body["error"]
+        assert int(full.headers["retry-after"]) >= 1
+        assert request(f"{url}/v1/translate", {"text": ["a", "b"]}).status == 200
+
+def test_a_request_past_the_timeout_is_504_and_the_server_goes_on(ckpt):
+    # The oldest request waits 300 ms for company: more than the 50 ms allowed.
+    with running(ServeConfig(str(ckpt), timeout_s=0.05, max_wait_ms=300)) as (url, service):
+        late = request(f"{url}/v1/translate", {"text": "the cat"})
+        assert late.status == 504 and "--timeout 0.05 s" in late.body["error"]
+        service.config.timeout_s = 30.0
+        assert request(f"{url}/v1/translate", {"text": "the cat"}).status == 200
+
+def test_not_ready_until_loaded_and_warmed_up(ckpt, monkeypatch):
+    gate = threading.Event()
+    load = Service._load
+    monkeypatch.setattr(Service, "_load", lambda self: gate.wait(30) and load(self))
+    with running(ServeConfig(str(ckpt)), ready=False) as (url, service):
+        wait_for_listening = request(f"{url}/health")
+        assert wait_for_listening.body == {"status": "ok"}
+        not_yet = request(f"{url}/ready")
+        assert not_yet.status == 503 and "loading" in not_yet.body["error"]
+        assert "retry-after" in {k.lower() for k in not_yet.headers}
+        assert request(f"{url}/v1/translate", {"text": "a"}).status == 503
+        assert request(f"{url}/info").body["ready"] is False
+        gate.set()
+        wait_ready(url)
+        assert request(f"{url}/info").body["ready"] is True
+
+def test_concurrent_requests_share_model_calls_and_translate_as_alone(ckpt, lone):
+    config = ServeConfig(str(ckpt), max_wait_ms=250)
+    with running(config) as (url, service):
+        before = service.batcher.stats.batches
+        texts = [SENTENCES[i % len(SENTENCES)] for i in range(32)]
+        barrier = threading.Barrier(32)
+
+        def send(text):
+            barrier.wait()
+            return request(f"{url}/v1/translate", {"text": text, "beam": 2})
+
+        with ThreadPoolExecutor(32) as pool:
+            replies = list(pool.map(send, texts))
+        assert all(r.status == 200 for r in replies)
+        assert [r.body["translations"][0]["text"] for r in replies] == [lone[t] for t in texts]
+        calls = service.batcher.stats.batches - before
+        assert calls < 32, calls
+        assert request(f"{url}/info").body["stats"]["sentences"] >= 32
+
+def test_one_at_a_time_settings_make_one_call_per_request(ckpt):
+    config = ServeConfig(str(ckpt), max_wait_ms=0, max_batch_tokens=1)
+    with running(config) as (url, service):
+        with ThreadPoolExecutor(8) as pool:
+            replies = list(pool.map(lambda t: request(f"{url}/v1/translate", {"text": t}),
+                                    SENTENCES[:8]))  # fmt: skip
+        assert all(r.status == 200 for r in replies)
+        assert service.batcher.stats.batches == 8
+
+def test_attention_in_the_api(server):
+    reply = request(f"{server}/v1/translate", {"text": "the cat sat", "attention": True})
+    attention = reply.body["translations"][0]["attention"]
+    n_src, n_tgt = len(attention["source"]), len(attention["target"])
+    cross = torch.tensor(attention["cross"])  # (layers, heads, tgt_len, src_len)
+    assert cross.shape[2:] == (n_tgt, n_src)
+    torch.testing.assert_close(cross.sum(-1), torch.ones(cross.shape[:3]), atol=1e-3, rtol=0)
+    decoder = torch.tensor(attention["decoder"])
+    assert decoder[..., torch.ones(n_tgt, n_tgt, dtype=torch.bool).triu(1)].eq(0).all()
+    plain = request(f"{server}/v1/translate", {"text": "the cat sat"})
+    assert "attention" not in plain.body["translations"][0]
+
+def test_info_and_the_page(server):
+    info = request(f"{server}/info").body
+    assert info["languages"] == {"source": "en", "target": "de"}
+    assert info["limits"]["max_sentences"] == 4 and info["model"]["d_model"] == 16
+    with urllib.request.urlopen(f"{server}/") as reply:
+        html = reply.read().decode()
+    assert "AttentionView.mount" in html and "{{" not in html
+    # nothing from elsewhere: no src= or href= at all, and no URL but SVG's namespace name
+    assert "src=" not in html and "href=" not in html
+    assert html.count("http") == html.count("http://www.w3.org/2000/svg")
+
+def test_the_cli_names_a_checkpoint_it_cannot_load(tmp_path, ckpt, capsys):
+    assert main(["serve", "--checkpoint", str(tmp_path / "none"), "--port", "0"]) == 2
+    assert "no such checkpoint directory" in capsys.readouterr().err
+    broken = tmp_path / "broken"
+    shutil.copytree(ckpt, broken)
+    (broken / "model.safetensors").write_bytes(b"not weights")
+    assert main(["serve", "--checkpoint", str(broken), "--port", "0"]) == 2
+    assert "could not be loaded" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--max-queue must be at least 1"):
+        dataclasses.replace(ServeConfig(str(ckpt)), max_queue=0)
