@@ -22,7 +22,7 @@ def tree(text: str):
 
 
 def test_the_format_of_grammar_as_a_foreign_language():
-    # [37], Figure 2: labelled closing brackets, tags for words, no TOP
+    # [37]: labelled closing brackets, tags for words, no TOP
     assert linearize(tree(JOHN)) == "(S (NP NNP )NP (VP VBZ (NP DT NN )NP )VP . )S"
     assert linearize(tree(JOHN), tags=False) == "(S (NP XX )NP (VP XX (NP XX XX )NP )VP XX )S"
 
@@ -65,7 +65,8 @@ def test_rule_extra_preterminals_and_empty_constituents_are_dropped():
     assert repaired("", []) == "(TOP)"
 
 
-TOKENS = st.sampled_from(["(S", "(NP", "(VP", ")S", ")NP", ")", "(", "NN", "VBZ", "XX"])
+TOKENS = st.sampled_from(["(S", "(NP", "(VP", ")S", ")NP", ")", "(", "NN", "VBZ", "XX", "NP(VP",
+                          "a)b(", "((", "\ufffd"])
 
 
 @settings(max_examples=200, deadline=None)

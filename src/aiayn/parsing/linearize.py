@@ -9,12 +9,13 @@ tree written depth first, one token per bracket and per word, words left out::
     target:  (S (NP NNP )NP (VP VBZ (NP DT NN )NP )VP . )S
 
 Exactly: a constituent X is the token ``(X``, its children, then ``)X``; a preterminal is
-its tag alone (``tags=False`` writes ``XX`` for every tag, the normalisation [37] also
-used; EVALB does not score tags); the TOP bracket is not written (every tree has one);
+its tag alone, as in [37] (``tags=False`` writes ``XX`` for every tag: EVALB
+does not score tags); the TOP bracket is not written (every tree has one);
 tokens are separated by single spaces. Labels are the cleaned ones (`trees.clean`).
 
 Model output may be ill-formed. `delinearize` always returns a tree over exactly the
-source words, by these rules, applied left to right:
+source words, by these rules, applied left to right to the output's tokens (split at
+spaces and before every bracket, so that no label holds one):
 
 1. ``(X`` opens a constituent X; a lone ``(`` is dropped.
 2. ``)`` or ``)Y`` closes the innermost open constituent, whatever Y says (its label is
@@ -28,11 +29,13 @@ source words, by these rules, applied left to right:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from aiayn.parsing.trees import ROOT, Tree
 
 NO_TAG = "XX"
+_TOKEN = re.compile(r"[()][^\s()]*|[^\s()]+")
 
 
 def linearize(tree: Tree, tags: bool = True) -> str:
@@ -58,7 +61,8 @@ def _tokens(node: Tree, tags: bool, out: list[str]) -> None:
 
 def delinearize(target: str | Sequence[str], words: Sequence[str]) -> Tree:
     """A well-formed tree over exactly ``words`` from a (possibly ill-formed) target."""
-    tokens = target.split() if isinstance(target, str) else list(target)
+    text = target if isinstance(target, str) else " ".join(target)
+    tokens = _TOKEN.findall(text)  # "NP(VP" is two tokens: no label holds a bracket
     root = Tree(ROOT)
     stack = [root]  # open constituents, TOP at the bottom (never closed by the output)
     remaining = list(reversed(words))  # next word last
