@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from aiayn.data.demo_corpus import (_DEFAULT_GRAMMAR, Clause, DemoExample, RandomChooser, demo_splits,
-                                    generate_example, generate_examples, generate_pairs,
-                                    write_splits)
+from aiayn.data.demo_corpus import (_DEFAULT_GRAMMAR, Clause, DemoExample, RandomChooser,
+                                    demo_splits, generate_example, generate_examples,
+                                    generate_pairs, write_splits)
 from aiayn.data.demo_lexicon import DEFAULT_LEXICON as LEX
 from aiayn.data.demo_lexicon import Det, NounPhrase, Pronoun
 from aiayn.parsing.demo_treebank import demo_treebank, example_tree
@@ -33,7 +33,8 @@ def test_each_tree_spells_its_sentence_and_reads_back():
     assert set(forms) == {"simple", "adverbial", "subordinate", "fronted", "reported"}
     # the treebank's categories, PRT among them (EVALB's ADVP = PRT rule meets it)
     assert {"S", "NP", "VP", "PP", "SBAR", "ADJP", "ADVP", "PRT"} <= set(labels)
-    assert {"DT", "JJ", "NN", "NNS", "VBZ", "VBP", "VB", "MD", "TO", "IN", "PRP", "CD"} <= set(labels)
+    tags = {"DT", "JJ", "NN", "NNS", "VBZ", "VBP", "VB", "MD", "TO", "IN", "PRP", "PRP$", "CD"}
+    assert tags <= set(labels)
 
 
 def _nodes(tree):

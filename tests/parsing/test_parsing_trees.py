@@ -22,7 +22,8 @@ def test_reads_mrg_layout_and_one_tree_per_line_alike(tmp_path):
     trees = read_trees(path)
     assert len(trees) == 2
     # the unlabeled outer bracket is TOP; labels and words as written
-    assert str(trees[0]) == "(TOP (S (NP-SBJ (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))"
+    john = "(TOP (S (NP-SBJ (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))"
+    assert str(trees[0]) == john
     one_per_line = tmp_path / "lines.txt"
     one_per_line.write_text("".join(f"{t}\n" for t in trees))
     assert [str(t) for t in read_trees(one_per_line)] == [str(t) for t in trees]

@@ -141,4 +141,5 @@ class DemoTreebank:
 def demo_treebank(n_train: int, n_valid: int, n_test: int, seed: int = 4321) -> DemoTreebank:
     """Disjoint splits of gold trees of distinct demo sentences (a seed fixes them)."""
     trees = [example_tree(e) for e in generate_examples(n_train + n_valid + n_test, seed)]
-    return DemoTreebank(trees[:n_train], trees[n_train:n_train + n_valid], trees[n_train + n_valid:])
+    cut = n_train + n_valid
+    return DemoTreebank(trees[:n_train], trees[n_train:cut], trees[cut:])

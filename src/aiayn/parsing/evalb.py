@@ -138,6 +138,11 @@ def _collect(node: Tree, start: int, index: list[int], found: Counter[Bracket]) 
 
 def format_result(result: EvalbResult) -> str:
     """EVALB's summary figures for both subsets; the last line is ``F1 <all sentences>``."""
+    return f"{format_summary(result)}\nF1 {result.all.f1:.2f}"
+
+
+def format_summary(result: EvalbResult) -> str:
+    """One line of figures per subset: all sentences, and those of at most 40 words."""
     lines = []
     for name, figures in result.as_dict().items():
         lines.append(
@@ -146,5 +151,4 @@ def format_result(result: EvalbResult) -> str:
             f"F1 {figures['f1']:.2f}  exact {figures['exact_match']}  "
             f"tagging {figures['tagging_accuracy']:.2f}"
         )
-    lines.append(f"F1 {result.all.f1:.2f}")
     return "\n".join(lines)
