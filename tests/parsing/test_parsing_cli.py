@@ -133,3 +133,15 @@ def read_trees_text(text: str, folder):
     path = folder / "one.txt"
     path.write_text(text + "\n")
     return read_trees(path)
+
+
+def test_demo_task_chooses_the_demo_and_its_default_directory(monkeypatch):
+    calls = []
+    monkeypatch.setattr("aiayn.parsing.demo.run_parse_demo",
+                        lambda out, fast: calls.append(("parse", out, fast)))
+    monkeypatch.setattr("aiayn.demo.run_demo", lambda out, fast: calls.append(("bleu", out, fast)))
+    assert main(["demo", "--task", "parse", "--fast"]) == 0
+    assert main(["demo", "--task", "parse", "--out", "elsewhere"]) == 0
+    assert main(["demo"]) == 0  # the ordinary demo, as before
+    assert calls == [("parse", "runs/demo-parse", True), ("parse", "elsewhere", False),
+                     ("bleu", "runs/demo", False)]
