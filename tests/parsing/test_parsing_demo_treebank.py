@@ -60,6 +60,18 @@ def test_hand_checked_trees():
     tree = example_tree(DemoExample("simple", (look,)))
     assert str(tree) == (
         "(TOP (S (NP (PRP I)) (VP (VBP look) (PP (IN for) (NP (CD two) (NNS dogs)))) (. .)))")
+    # the module doc's example: a fronted subordinate clause
+    sister = NounPhrase(Det("poss", "my", "mein"), (), lex["sister"], False)
+    boys = NounPhrase(Det("num", "two", "zwei"), (), lex["boy"], True, "acc")
+    eggs = NounPhrase(the, (), lex["egg"], True, "acc")
+    clauses = (Clause(sister, lex["invite"], None, (boys,), order="sub"),
+               Clause(Pronoun("we", "wir", "pl"), lex["cook"], None, (eggs,), order="inverted"))
+    example = DemoExample("fronted", clauses, conjunction=("because", "weil"))
+    assert example.en == "Because my sister invites two boys, we cook the eggs."
+    assert str(example_tree(example)) == (
+        "(TOP (S (SBAR (IN Because) (S (NP (PRP$ my) (NN sister)) (VP (VBZ invites) "
+        "(NP (CD two) (NNS boys))))) (, ,) (NP (PRP we)) (VP (VBP cook) (NP (DT the) "
+        "(NNS eggs))) (. .)))")
 
 
 def test_treebank_splits_are_disjoint_and_seeded():

@@ -7,7 +7,9 @@ can train and score a parser without the licensed WSJ. The words are the English
 tokenized as the treebank is (comma and full stop apart)::
 
     "Because my sister invites two boys, we cook the eggs."
-    (TOP (S (SBAR (IN Because) (S (NP (PRP$ my) (NN sister)) (VP (VBZ invites) (PRT (RP ...
+    (TOP (S (SBAR (IN Because) (S (NP (PRP$ my) (NN sister))
+                                   (VP (VBZ invites) (NP (CD two) (NNS boys)))))
+            (, ,) (NP (PRP we)) (VP (VBP cook) (NP (DT the) (NNS eggs))) (. .)))
 
 Conventions (PTB-like, kept simple and consistent): a modal group nests one VP per verb,
 with ``to`` under (S (VP (TO to) ...)); English particles are (PRT (RP up)), so the
