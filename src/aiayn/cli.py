@@ -36,6 +36,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_export(sub)
     _add_attention(sub)
     _add_serve(sub)
+    _add_parse(sub)
     return parser
 
 
@@ -43,16 +44,23 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo", help="offline: generate En-De data, prepare, train, translate, print BLEU"
     )
-    p.add_argument("--out", default="runs/demo", help="run directory (default: runs/demo)")
+    p.add_argument("--out", help="run directory (default: runs/demo, runs/demo-parse)")
     p.add_argument("--fast", action="store_true", help="a tiny run of seconds (for tests)")
     p.add_argument("--reference", action="store_true", help=REFERENCE_HELP)
+    p.add_argument("--task", choices=("translate", "parse"), default="translate",
+                   help="En-De translation, or English constituency parsing (sec. 6.3)")
     p.set_defaults(run=_run_demo)
 
 
 def _run_demo(args: argparse.Namespace) -> int:
+    if args.task == "parse":
+        from aiayn.parsing.demo import run_parse_demo
+
+        run_parse_demo(args.out or "runs/demo-parse", fast=args.fast)
+        return 0
     from aiayn.demo import run_demo
 
-    run_demo(args.out, fast=args.fast, reference=args.reference)
+    run_demo(args.out or "runs/demo", fast=args.fast, reference=args.reference)
     return 0
 
 
@@ -81,7 +89,7 @@ def _run_info(args: argparse.Namespace) -> int:
     return 0
 
 
-_PREPARE_RECIPES = ("multi30k", "wmt14-en-de", "wmt14-en-fr")
+_PREPARE_RECIPES = ("multi30k", "wmt14-en-de", "wmt14-en-fr", "parse")
 
 
 def _add_prepare(sub: argparse._SubParsersAction) -> None:
@@ -134,7 +142,16 @@ def _run_prepare(args: argparse.Namespace) -> int:
     if args.separate_vocabs:
         changes["joint_vocab"] = False
     own_files = [args.train, args.tsv, args.valid, args.test]
-    if args.recipe is None:
+    if args.recipe == "parse":  # treebanks: --train/--valid/--test name tree files
+        from aiayn.parsing import prepare as parsing
+
+        foreign = (args.tsv, args.src, args.tgt, args.from_dir)
+        if args.train is None or args.valid is None or any(foreign):
+            raise ConfigError("parse: give --train TREES --valid TREES [--test TREES] only")
+        options = replace(parsing.OPTIONS, **changes)
+        parsing.prepare_parse(train=args.train, valid=args.valid, test=args.test, out=args.out,
+                              options=options)  # fmt: skip
+    elif args.recipe is None:
         from aiayn.data.prepare import prepare
 
         one_train = (args.train is None) != (args.tsv is None)
@@ -352,6 +369,8 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
         "else en)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    p.add_argument("--task", choices=("translate", "parse"), default="translate",
+                   help="parse: --ref and --hyp hold trees; EVALB-style F1 (sec. 6.3)")
     p.set_defaults(run=_run_evaluate)
 
 
@@ -364,6 +383,8 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     if (args.hyp is None) == (args.checkpoint is None) or (args.checkpoint and not args.src):
         raise ConfigError("give either --checkpoint DIR --src FILE, or --hyp FILE")
     refuse_output_among_inputs(args.hyp_out, args.src, args.ref, args.hyp)
+    if args.task == "parse":
+        return _run_evaluate_parse(args)
     if args.hyp_out:
         # An --hyp-out that cannot be written fails before translating; opened to append, so
         # that a run failing later leaves an existing file as it was.
@@ -472,16 +493,65 @@ def _run_serve(args: argparse.Namespace) -> int:
     names = [f.name for f in dataclasses.fields(ServeConfig)]
     serve(ServeConfig(**{n: getattr(args, n) for n in names if hasattr(args, n)}),
           announce=lambda line: print(line, flush=True))  # fmt: skip
+
+
+def _run_evaluate_parse(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from aiayn.evaluate import read_lines
+    from aiayn.parsing.evalb import format_result
+    from aiayn.parsing.parser import parse, read_tree_lines, score_against, tree_lines
+
+    if args.hyp is not None:
+        hyps = read_tree_lines(args.hyp)
+    else:
+        sentences = read_lines(args.src)
+        blank = [n for n, s in enumerate(sentences, start=1) if not s.strip()]
+        if blank:
+            raise DataError(f"{args.src}: line {blank[0]}: blank; each line needs a sentence")
+        hyps = parse(_translator(args), sentences)
+        if args.hyp_out:
+            Path(args.hyp_out).write_text("".join(t + "\n" for t in tree_lines(hyps)), "utf-8")
+    result = score_against(args.ref, hyps)
+    print(json.dumps(result.as_dict()) if args.json else format_result(result))
     return 0
 
 
-def _refuse_output_among_inputs(output: str | None, *inputs: str | None) -> None:
-    """An output file that is also an input would be emptied before it is read."""
-    if output is None or not os.path.exists(output):
-        return
-    for name in inputs:
-        if name is not None and os.path.exists(name) and os.path.samefile(output, name):
-            raise ConfigError(f"{output}: is also an input ({name}); write the output elsewhere")
+def _add_parse(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "parse",
+        help="constituency parsing (sec. 6.3): tokenized sentences in, bracketed trees out",
+        description="Parse stdin (or -i FILE), one tokenized sentence (words separated by "
+        "spaces) a line, with a checkpoint trained on `aiayn prepare parse` data; writes one "
+        "Penn Treebank tree per line to stdout (or -o FILE; an existing file is replaced only "
+        "once every line is done). A blank line gives a blank line.",
+    )
+    _add_decode_options(p)
+    p.add_argument("-i", "--input", metavar="FILE", help="UTF-8 text, one sentence a line")
+    p.add_argument("-o", "--output", metavar="FILE", help="where to write (stdout)")
+    p.set_defaults(run=_run_parse)
+
+
+def _run_parse(args: argparse.Namespace) -> int:
+    from aiayn.evaluate import read_lines
+    from aiayn.outfile import AtomicOutput, refuse_output_among_inputs
+    from aiayn.parsing.parser import parse, tree_lines
+
+    if args.checkpoint is None:
+        raise ConfigError("give --checkpoint DIR")
+    refuse_output_among_inputs(args.output, args.input)
+    if args.input is not None:
+        sentences = read_lines(args.input)
+    else:
+        sentences = [line.rstrip("\n") for line in sys.stdin]
+    lines = tree_lines(parse(_translator(args), sentences))
+    out, written = AtomicOutput(args.output), False
+    try:
+        out.handle.write("".join(line + "\n" for line in lines))
+        written = True
+    finally:
+        out.close(written)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -88,16 +88,7 @@ def run_demo(
             out=data_dir, options=options)  # fmt: skip
     say(f"[2/4] joint BPE vocabulary and binarized shards in {data_dir}")
     config = demo_config(data_dir, out, fast, reference)
-    say(f"[3/4] training a {config.model.n_layers}+{config.model.n_layers}-layer Transformer, "
-        f"d_model {config.model.d_model}, on CPU")
-    shutil.rmtree(out / "train", ignore_errors=True)  # a fresh run, not a resumed one
-    start = time.monotonic()
-    result = train(config)
-    minutes = (time.monotonic() - start) / 60
-    saved = step_checkpoints(checkpoints_dir(result.out_dir))  # [(step, path)], oldest first
-    averaged = [path for _, path in saved[-DEMO_AVERAGE:]]
-    checkpoint = average_checkpoints(averaged, out / "checkpoint")
-    say(f"averaged the last {len(averaged)} checkpoints into {checkpoint}")
+    checkpoint, minutes = train_and_average(config, out)
     say(f"[4/4] translating the test split with beam {config.decode.beam}, alpha {config.decode.alpha}")
     translator = Translator.from_checkpoint(checkpoint, reference=reference)
     sources, references = zip(*splits.test)
@@ -111,6 +102,22 @@ def run_demo(
     say(f"checkpoint: {checkpoint}  (try: aiayn translate --checkpoint {checkpoint})")
     print(f"BLEU {bleu:.2f}", flush=True)
     return DemoResult(bleu, checkpoint, report, minutes)
+
+
+def train_and_average(config: Config, out: Path) -> tuple[Path, float]:
+    """Step [3/4] of a demo: a fresh training run in ``out/train``, then the average of its
+    last `DEMO_AVERAGE` checkpoints in ``out/checkpoint``; returns it and the minutes trained."""
+    say(f"[3/4] training a {config.model.n_layers}+{config.model.n_layers}-layer Transformer, "
+        f"d_model {config.model.d_model}, on CPU")
+    shutil.rmtree(out / "train", ignore_errors=True)  # a fresh run, not a resumed one
+    start = time.monotonic()
+    result = train(config)
+    minutes = (time.monotonic() - start) / 60
+    saved = step_checkpoints(checkpoints_dir(result.out_dir))  # [(step, path)], oldest first
+    averaged = [path for _, path in saved[-DEMO_AVERAGE:]]
+    checkpoint = average_checkpoints(averaged, out / "checkpoint")
+    say(f"averaged the last {len(averaged)} checkpoints into {checkpoint}")
+    return checkpoint, minutes
 
 
 # Written into a demo's directory: a later demo may replace what is there, nothing else may.

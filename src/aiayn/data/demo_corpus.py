@@ -367,18 +367,23 @@ def generate_pair(rng: random.Random) -> tuple[str, str]:
     return example.en, example.de
 
 
+def generate_examples(n: int, seed: int = 0) -> list[DemoExample]:
+    """``n`` examples with distinct English sides, in order of first appearance; a seed fixes
+    them. Their structure gives the parsing demo its gold trees (`aiayn.parsing`)."""
+    chooser, seen, examples = RandomChooser(random.Random(seed)), set(), []
+    for _ in range(20 * n + 1000):
+        if len(examples) == n:
+            return examples
+        example = _DEFAULT_GRAMMAR.sample(chooser)
+        if example.en not in seen:
+            seen.add(example.en)
+            examples.append(example)
+    raise ValueError(f"could not draw {n} distinct pairs")
+
+
 def generate_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
     """``n`` pairs with distinct English sides, in order of first appearance; a seed fixes them."""
-    chooser, seen, pairs = RandomChooser(random.Random(seed)), set(), []
-    for _ in range(20 * n + 1000):
-        if len(pairs) == n:
-            return pairs
-        example = _DEFAULT_GRAMMAR.sample(chooser)
-        en = example.en
-        if en not in seen:
-            seen.add(en)
-            pairs.append((en, example.de))
-    raise ValueError(f"could not draw {n} distinct pairs")
+    return [(example.en, example.de) for example in generate_examples(n, seed)]
 
 
 @dataclass(frozen=True)
