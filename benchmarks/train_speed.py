@@ -56,6 +56,7 @@ from aiayn.model.layers import sinusoid_table
 from aiayn.model.linear import linear
 from aiayn.model.transformer import Transformer
 from aiayn.train.validate import real_positions, real_token_loss
+from results import add_arguments, emit
 
 VOCAB, EPS_LS, P_DROP = 8000, 0.1, 0.1  # VOCAB: the default; --vocab changes it
 SIZES = {  # d_model, heads, d_ff, layers (each stack)
@@ -365,6 +366,7 @@ def main() -> None:
                         help="torch.compile every system: aiayn as `train.compile` does it, "
                         "the peers' whole forward and loss (in MODE: default, "
                         "reduce-overhead, ...)")  # fmt: skip
+    add_arguments(parser)
     args = parser.parse_args()
     args.systems = tuple(args.systems.split(","))  # parsed once, here
     if "aiayn" not in args.systems or set(args.systems) - set(SYSTEMS):
@@ -385,7 +387,7 @@ def main() -> None:
             )
     import transformers
 
-    print(json.dumps({
+    emit(__file__, {
         "task": "training step (fwd + label-smoothed loss + bwd + Adam), identical batches",
         "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
         "dtype": args.dtype, "compile": args.compile, "threads": torch.get_num_threads(),
@@ -394,7 +396,7 @@ def main() -> None:
         "measured_matmul_peak_tflops": round(peak / 1e12, 3), "vocab": args.vocab,
         "results": results, "cpu": platform.processor() or platform.machine(),
         "torch": torch.__version__, "transformers": transformers.__version__,
-    }, indent=1))  # fmt: skip
+    }, args)  # fmt: skip
 
 
 if __name__ == "__main__":
