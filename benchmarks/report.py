@@ -127,7 +127,9 @@ def _ratios(result: dict) -> list[tuple[str, str]]:
     """Any script: its top-level ratios, and those under "ratios"."""
     found = {k: v for k, v in result.items() if "ratio" in k and isinstance(v, (int, float))}
     found.update((k, v) for k, v in result.get("ratios", {}).items() if "tokens/s" in k)
-    return [(k.replace("speed_ratio_", "").replace("ratio_", "").replace("_over_", " / "),
+    names = {k: k.replace("speed_ratio_", "").replace("ratio_", "").replace("_over_", " / ")
+             for k in found}  # "ratio_full_over_chunked_time" -> "full / chunked_time"
+    return [(names[k].replace("_time", ", time").replace("_peak_growth", ", peak memory growth"),
              f"{v:.2f}") for k, v in found.items()]  # fmt: skip
 
 
