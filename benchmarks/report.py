@@ -163,7 +163,8 @@ def summary_tables(records: list[dict]) -> str:
                 "| --- | --- | --- | --- |"]  # fmt: skip
         for record in by_machine[name]:
             command = f"`{record['meta']['script']}.py {variant(record)}`".replace(" `", "`")
-            for k, (figure, value) in enumerate(figures(record)):
+            rows = figures(record) or [("(no headline figure: see the file)", "")]
+            for k, (figure, value) in enumerate(rows):
                 link = _link(record, "results/") if k == 0 else ""
                 out.append(f"| {command if k == 0 else ''} | {figure} | {value} | {link} |")
         out.append("")

@@ -77,6 +77,11 @@ def test_latest_result_of_each_command_per_machine_and_its_note(tmp_path):
     assert "#### Test CPU (family 6, model 1), 2 logical CPUs" in table
 
 
+def test_a_result_without_headline_figures_is_still_listed(tmp_path):
+    _write(tmp_path / "results", [_record("attention_backends", "2026-01-01T00:00:00Z", {})])
+    assert "(results/0.json)" in report.summary_tables(report.load(tmp_path / "results"))
+
+
 def test_bleu_rows_only_from_result_files():
     assert "Multi30k" not in report.results_table([])
     assert "offline demo" not in report.results_table([])
