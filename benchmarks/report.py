@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PLOTS = ROOT / "benchmarks" / "plots"
 READMES = {"summary": ROOT / "benchmarks" / "README.md", "results": ROOT / "README.md"}
-OWN_OPTIONS = ("--note", "--results-dir")  # options of results.py: not part of a variant
+OWN_OPTIONS = ("--note", "--results-dir", "--out")  # where and why: not part of a variant
 
 # The paper's rows of the Results table: what we have not run, with the paper's BLEU.
 PAPER_ROWS = [
@@ -70,7 +70,8 @@ def machine(record: dict) -> str:
 
 
 def variant(record: dict) -> str:
-    """The command without the options that only say where and why it was recorded."""
+    """The command without the options that only say where and why it was recorded
+    (`--note`, `--results-dir`, a run's `--out` directory)."""
     words, kept = shlex.split(record["meta"]["command"])[2:], []
     skip = False
     for word in words:
@@ -118,7 +119,8 @@ def _demo(result: dict) -> list[tuple[str, str]]:
 
 
 def _prepare_scale(result: dict) -> list[tuple[str, str]]:
-    rows = [(f"{r['pairs']:,} pairs: pairs/s", f"{r['pairs_per_second']:g}") for r in result["runs"]]
+    rows = [(f"{r['pairs']:,} pairs: pairs/s", f"{r['pairs_per_second']:g}")
+            for r in result["runs"]]
     return rows + [("peak memory, largest / smallest",
                     f"{result['peak_rss_ratio_largest_to_smallest']:.2f}")]  # fmt: skip
 

@@ -65,8 +65,8 @@ def test_report_is_deterministic(tmp_path):
 def test_latest_result_of_each_command_per_machine_and_its_note(tmp_path):
     records = [
         _record("train_speed", "2026-01-01T00:00:00Z", _speed(1.11), "--sizes small"),
-        _record("train_speed", "2026-01-02T00:00:00Z", _speed(1.22), "--sizes small --note x",
-                note="loaded machine"),
+        _record("train_speed", "2026-01-02T00:00:00Z", _speed(1.22),
+                "--sizes small --note x --out /tmp/y", note="loaded machine"),
         _record("train_speed", "2026-01-01T12:00:00Z", _speed(1.33), "--sizes small --steps 9"),
     ]  # fmt: skip
     _write(tmp_path / "results", records)
