@@ -1,6 +1,6 @@
 """The offline demo's BLEU (`make demo`, `aiayn demo`), recorded as a result file.
 
-    .venv/bin/python benchmarks/demo.py [--out runs/bench-demo] [--note TEXT]
+    .venv/bin/python benchmarks/demo.py [--out runs/bench-demo] [--note TEXT] [--fast]
 
 Runs `aiayn.demo.run_demo` as `make demo` does (the embedded English->German corpus, a
 3+3-layer d_model 128 Transformer trained for a fixed number of steps, the last 3
@@ -25,11 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-demo")
+    parser.add_argument("--fast", action="store_true", help="`aiayn demo --fast`: for tests")
     add_arguments(parser)
     args = parser.parse_args()
     start = time.monotonic()
-    done = run_demo(args.out, examples=0)
-    config = demo_config(args.out / "data", args.out)
+    done = run_demo(args.out, fast=args.fast, examples=0)
+    config = demo_config(args.out / "data", args.out, fast=args.fast)
     emit(__file__, {
         "benchmark": "demo", "test_set": "demo test split, 500 sentences",
         "model": {"n_layers": config.model.n_layers, "d_model": config.model.d_model,

@@ -1,0 +1,25 @@
+"""`benchmarks/demo.py`: the demo's BLEU and its model are written as a result file."""
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import demo  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def test_demo_result_records_bleu_and_model(tmp_path, monkeypatch, capsys):
+    argv = ["--fast", "--out", str(tmp_path / "demo"), "--results-dir", str(tmp_path / "res")]
+    monkeypatch.setattr(sys, "argv", ["benchmarks/demo.py", *argv])
+    demo.main()
+    [path] = (tmp_path / "res").iterdir()
+    record = json.loads(path.read_text())
+    result = record["result"]
+    assert path.name.startswith("demo_") and record["meta"]["script"] == "demo"
+    assert 0.0 <= result["bleu"] <= 100.0 and "nrefs:1" in result["signature"]
+    assert result["model"]["d_model"] == 32 and result["train_steps"] == 6  # --fast's
+    assert f"BLEU {result['bleu']:.2f}" in capsys.readouterr().out
