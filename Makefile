@@ -12,11 +12,7 @@ $(BIN)/aiayn: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_PIN)
-<<<<<<< HEAD
-	$(BIN)/pip install -q -e '.[dev,export,onnx]'
-=======
-	$(BIN)/pip install -q -e '.[dev,serve,plot]'
->>>>>>> serve
+	$(BIN)/pip install -q -e '.[dev,export,onnx,serve,plot]'
 	touch $(BIN)/aiayn
 
 install: $(BIN)/aiayn

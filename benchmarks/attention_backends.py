@@ -37,6 +37,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import train_speed
+from results import add_arguments, emit
 
 BACKENDS = {  # name -> the backends sdpa may choose from (None: PyTorch's own choice)
     "default": None,
@@ -141,6 +142,7 @@ def main() -> None:
                         help="no new compiled variant starts after this many seconds")
     parser.add_argument("--json-out", default=None)
     parser.add_argument("--device", default="cuda", help="cuda (cpu: a quick check of the script)")
+    add_arguments(parser)
     args = parser.parse_args()
     began = time.perf_counter()
     dtype = torch.bfloat16
@@ -237,7 +239,7 @@ def main() -> None:
         if args.json_out:
             with open(args.json_out.replace(".json", "_profile.txt"), "w") as f:
                 f.write(table)
-    print(json.dumps(report, indent=1))
+    emit(__file__, report, args)
 
 
 if __name__ == "__main__":

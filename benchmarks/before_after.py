@@ -16,8 +16,8 @@ change does. So the two commits run here side by side, taking turns:
 
 The earlier commit is checked out into a temporary git worktree; each measurement runs in a
 fresh process with that checkout's `src/` and `benchmarks/` first on the path. Prints one
-JSON object and writes it under benchmarks/results/: medians and the ratios after / before
-(> 1: this commit is faster).
+JSON object and writes it under benchmarks/results/ (`results.emit`): medians and the
+ratios after / before (> 1: this commit is faster).
 """
 
 from __future__ import annotations
@@ -25,12 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from results import add_arguments, emit
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,13 +109,6 @@ def compare(trees: dict[str, Path], systems: list[str], measure, turns: int) -> 
     return {key: statistics.median(values) for key, values in samples.items()}
 
 
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--before", required=True, help="the earlier commit")
@@ -125,9 +119,9 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--out-len", type=int, default=30)
     parser.add_argument("--repeats", type=int, default=2, help="search passes a turn")
+    add_arguments(parser)
     args = parser.parse_args()
-    result: dict = {"command": " ".join(sys.argv), "cpu": cpu_model(), "before": args.before,
-                    "threads": int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1))}
+    result: dict = {"before": args.before}
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"before": checkout(args.before, Path(tmp) / "before"), "after": ROOT}
         try:
@@ -149,10 +143,7 @@ def main() -> None:
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                             str(trees["before"])], capture_output=True)  # fmt: skip
-    print(json.dumps(result, indent=1))
-    out = ROOT / "benchmarks" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"before_after-{args.before[:12]}.json").write_text(json.dumps(result, indent=1) + "\n")
+    emit(__file__, result, args)
 
 
 if __name__ == "__main__":

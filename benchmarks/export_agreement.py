@@ -20,7 +20,6 @@ translations identical to aiayn's, and sacreBLEU of each system.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from aiayn.checkpoint import load_checkpoint
 from aiayn.evaluate import score
 from aiayn.export import export_checkpoint
 from aiayn.translate import Translator
+from results import add_arguments, emit
 
 
 def aiayn_translations(checkpoint: Path, sources: list[str], beam: int, alpha: float) -> list[str]:
@@ -97,13 +97,14 @@ def main() -> None:
     parser.add_argument("--src", required=True, type=Path)
     parser.add_argument("--ref", required=True, type=Path)
     parser.add_argument("--limit", type=int, help="the first N lines only")
+    add_arguments(parser)
     args = parser.parse_args()
     sources = args.src.read_text("utf-8").splitlines()[: args.limit]
     refs = args.ref.read_text("utf-8").splitlines()[: args.limit]
     with tempfile.TemporaryDirectory() as tmp:
         result = agreement(args.checkpoint, sources, refs, Path(tmp))
     head = {"checkpoint": str(args.checkpoint), "sentences": len(sources)}
-    print(json.dumps({**head, **result}, indent=1))
+    emit(__file__, {**head, **result}, args)
 
 
 if __name__ == "__main__":

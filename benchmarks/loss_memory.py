@@ -32,6 +32,7 @@ from aiayn.model.transformer import Transformer
 from aiayn.fast.loss import ChunkedRealTokenLoss
 from aiayn.train.loss import RealTokenLoss
 from aiayn.train.validate import real_positions
+from results import add_arguments, emit
 from train_speed import SIZES, make_batches
 
 EPS_LS = 0.1
@@ -67,6 +68,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8000, help="target tokens in the batch")
     parser.add_argument("--size", default="base", choices=sorted(SIZES))
     parser.add_argument("--variant", choices=("full", "chunked"), help=argparse.SUPPRESS)
+    add_arguments(parser)
     args = parser.parse_args()
     if args.variant:  # the child process
         print(json.dumps(one_step(args.variant, args)))
@@ -78,14 +80,14 @@ def main() -> None:
         out = subprocess.run(child, check=True, capture_output=True, text=True).stdout
         results[variant] = json.loads(out.strip().splitlines()[-1])
     full, chunked = results["full"], results["chunked"]
-    print(json.dumps({
+    emit(__file__, {
         "task": "forward + backward of one batch, label-smoothed loss (0.1)",
         "size": args.size, "vocab": args.vocab, "threads": torch.get_num_threads(),
         "torch": torch.__version__, "results": results,
         "ratio_full_over_chunked_peak_growth": round(
             full["peak_growth_mib"] / max(chunked["peak_growth_mib"], 1), 2),
         "ratio_full_over_chunked_time": round(full["step_s"] / chunked["step_s"], 3),
-    }, indent=1))  # fmt: skip
+    }, args)  # fmt: skip
 
 
 if __name__ == "__main__":

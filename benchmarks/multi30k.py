@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import shutil
@@ -31,6 +30,7 @@ from aiayn.recipes.multi30k import OPTIONS, prepare_multi30k, raw_prefixes
 from aiayn.train.checkpoints import checkpoints_dir, step_checkpoints
 from aiayn.train.trainer import train
 from aiayn.translate import Translator
+from results import add_arguments, emit
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data" / "multi30k"
@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=None, help="training time limit")
     parser.add_argument("--vocab-size", type=int, default=OPTIONS.vocab_size)
     parser.add_argument("overrides", nargs="*", metavar="key=value")
+    add_arguments(parser)
     args = parser.parse_args()
 
     timings = {}
@@ -79,14 +80,14 @@ def main() -> None:
     averaged = average_checkpoints([p for _, p in saved[-5:]], args.out / "avg5")
     final = bleu_of(averaged, sources, refs)
     timings["evaluate_s"] = round(time.monotonic() - t1, 1)
-    print(json.dumps({
+    emit(__file__, {
         "benchmark": "multi30k", "test_set": "test_2016_flickr", "config": "configs/multi30k.yaml",
         "overrides": overrides, "steps": result.steps, "epochs": result.epoch,
         "final_avg_last5": final, "curve": curve, "timings": timings,
         "total_minutes": round((time.monotonic() - start) / 60, 1),
         "machine": {"cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
                     "platform": platform.platform(), "torch": torch.__version__},
-    }, indent=1))  # fmt: skip
+    }, args)  # fmt: skip
 
 
 if __name__ == "__main__":

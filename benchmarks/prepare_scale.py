@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results import add_arguments, emit
+
 SYLLABLES = [f"b{v}" for v in "aeiou"] + [c + v for c in "dklmnrst" for v in "aeio"]
 
 
@@ -99,6 +101,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
+    add_arguments(parser)
     args = parser.parse_args()
     if args.child:
         return child(args.child, args.workers)
@@ -115,7 +118,7 @@ def main() -> None:
         "peak_rss_ratio_largest_to_smallest": round(ratio, 3),
         "bounded_memory": ratio < 1.3,
     }
-    print(json.dumps(report, indent=2))
+    emit(__file__, report, args)
     if ratio >= 1.3:
         sys.exit(f"peak memory grew {ratio:.2f}x from {args.sizes[0]} to {args.sizes[-1]} pairs")
 

@@ -17,8 +17,8 @@ growth between the two.
 Targets (issue 34): at 32 clients, dynamic >= 3x one-at-a-time's sentences/s, p99 no
 worse, zero errors, resident memory flat over the run.
 
-Prints one JSON object and writes it to benchmarks/results/serve_load-<UTC date and
-time>-<commit>-<CPU>.json. Loopback only; every loop is bounded in requests and time.
+Prints one JSON object and writes it under benchmarks/results/ (`results.emit`). Loopback
+only; every loop is bounded in requests and time.
 """
 
 from __future__ import annotations
@@ -26,21 +26,21 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import platform
+import os
 import re
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
+
+from results import add_arguments, emit
 
 MODES = {
     "dynamic": ["--max-wait-ms", "10", "--max-batch-tokens", "4096"],
     "one_at_a_time": ["--max-wait-ms", "0", "--max-batch-tokens", "1"],
 }
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def demo_test_sentences() -> list[str]:
@@ -152,23 +152,6 @@ def run_mode(args, name: str, sentences: list[str]) -> dict:
         process.wait(30)
 
 
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, cwd=Path(__file__).parent).stdout.strip() or "unknown"  # fmt: skip
-    import os
-
-    return {"cpu": cpu, "cores": os.cpu_count(), "commit": commit,
-            "load_average_at_start": list(os.getloadavg())}  # fmt: skip
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True)
@@ -180,24 +163,18 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="the server's torch threads (2)")
     parser.add_argument("--sentences", metavar="FILE",
                         help="one a line (default: the demo test split's English, generated)")
+    add_arguments(parser)
     args = parser.parse_args()
     if args.sentences:
         sentences = [l for l in Path(args.sentences).read_text().splitlines() if l.strip()]
     else:
         sentences = demo_test_sentences()
-    report = {"benchmark": "serve_load", "checkpoint": args.checkpoint,
-              "utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-              "machine": machine(), "seconds_per_cell": args.seconds,
+    report = {"checkpoint": args.checkpoint, "seconds_per_cell": args.seconds,
+              "load_average_at_start": list(os.getloadavg()),
               "max_requests_per_cell": args.max_requests, "server_threads": args.threads,
               "modes": {name: run_mode(args, name, sentences) for name in MODES}}  # fmt: skip
     report["summary"] = summary(report["modes"], max(args.clients))
-    text = json.dumps(report, indent=2)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    cpu = re.sub(r"[^A-Za-z0-9]+", "-", report["machine"]["cpu"]).strip("-")
-    stamp = report["utc"].replace(":", "")[:15] + "Z"  # 2026-11-26T0712Z: runs never collide
-    name = f"serve_load-{stamp}-{report['machine']['commit']}-{cpu}.json"
-    (RESULTS / name).write_text(text + "\n")
+    emit(__file__, report, args)
 
 
 def summary(modes: dict, clients: int) -> dict:

@@ -38,6 +38,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import train_speed
+from results import add_arguments, emit
 
 # aten op names (overload dropped), and oneDNN's x W^T (+ b) that aiayn's linear maps run
 # on x86 CPUs not made by Intel (`aiayn.fast.linear`)
@@ -190,6 +191,7 @@ def main() -> None:
     parser.add_argument("--vocab", type=int, default=train_speed.VOCAB)
     parser.add_argument("--top", type=int, default=12, help="other ops listed per system")
     parser.add_argument("--worker", choices=train_speed.SYSTEMS, help=argparse.SUPPRESS)
+    add_arguments(parser)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
@@ -208,14 +210,14 @@ def main() -> None:
         ratios = {f"{group} ms, aiayn / hf_marian": round(ms / m["ms_per_step"][group], 3)
                   for group, ms in a["ms_per_step"].items()}  # fmt: skip
         ratios["tokens/s, aiayn / hf_marian"] = round(a["tokens_per_s"] / m["tokens_per_s"], 3)
-    print(json.dumps({
+    emit(__file__, {
         "task": "training step time by op, each system alone in its process",
         "size": args.size, "dims": dict(zip(("d_model", "heads", "d_ff", "layers"),
                                             train_speed.SIZES[args.size])),
         "steps": args.steps, "vocab": args.vocab, "threads": torch.get_num_threads(),
         "systems": results, "ratios": ratios,
         "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-    }, indent=1))  # fmt: skip
+    }, args)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -3,31 +3,45 @@
     .venv/bin/python benchmarks/train_speed.py [--sizes small,base] [--device cpu|cuda]
         [--dtype float32|bfloat16] [--tokens 4000] [--vocab 8000] [--steps 4] [--turns 3]
         [--isolation process|shared] [--compile [MODE]] [--systems aiayn,hf_marian,...]
+        [--note TEXT]
 
 One training step = forward, label-smoothed (0.1) cross-entropy over the real target tokens,
 backward, Adam (0.9, 0.98, 1e-9; PyTorch's fused Adam for every system, as aiayn's trainer
-uses). The three systems are the same network (post-LN encoder-decoder, ReLU feed-forward,
-sinusoidal positions, embeddings x sqrt(d_model) tied to the output projection, dropout
-0.1) with random weights, fed identical batches: synthetic pairs
-of 10-44 tokens (mean ~27) grouped by length into batches of at most `--tokens` target
-tokens counting padding, as every toolkit batches for training.
+uses), on identical batches: synthetic pairs of 10-44 tokens (mean ~27) grouped by length
+into batches of at most `--tokens` target tokens counting padding, as every toolkit batches
+for training. Weights are random.
+
+Identical in every system (the peers are configured to match aiayn's paper defaults):
+- the network: post-LN encoder-decoder, `--sizes` dimensions, ReLU feed-forward with biases,
+  embeddings x sqrt(d_model) tied to the output projection, LayerNorm eps 1e-6, and no
+  final LayerNorm after the stacks (`nn.Transformer` adds one; it is removed here);
+- dropout: 0.1 on the embeddings and on each sub-layer's output (sec. 5.4); attention and
+  ReLU (activation) dropout off everywhere, as in the paper (aiayn's `p_drop_attn` and
+  `p_drop_ffn` are 0; `nn.Transformer`'s are switched off; MarianMT's set to 0);
+- the loss: 1 - eps on the target and eps / (V - 1) on every other class, summed over the
+  real target tokens (the peers get it from PyTorch's `cross_entropy`, see `peer_loss`).
+
+Not identical:
+- attention biases: the peers have biases on the attention projections, aiayn does not
+  (sec. 3.2.2 writes none). The row `aiayn_attention_bias` (`ModelConfig.attention_bias`)
+  is aiayn with them: compare it, not `aiayn`, for the same parameter set;
+- positions: aiayn and `nn.Transformer` add the interleaved sinusoids, MarianMT its
+  concatenated sin | cos table (same cost); MarianMT adds a zero `final_logits_bias`;
+- how each computes the same loss: aiayn projects only the real (non-padding) target
+  positions, a chunk at a time (`train/loss.py`); the peers project every position and
+  skip padding in the loss. That is part of what is measured.
 
 Each system trains alone in a fresh process (as it would in use), after one untimed pass
 over the batches, for `--steps` timed steps; the systems take `--turns` turns, so the
 machine's noise hits all of them alike. Why not all in one process: see `isolated`.
-`--isolation shared` runs them in this process instead, interleaved one step each (this
-benchmark's method before 2026-11-23), where one system's step starts from the heap the
-previous system's step left.
+`--isolation shared` runs them in this process instead, interleaved one step each, where
+one system's step starts from the heap the previous system's step left.
 
-aiayn's attention projections have no biases, as in the paper (sec. 3.2.2); the peers'
-have. A fourth system, `aiayn_attention_bias` (`ModelConfig.attention_bias=True`), is aiayn
-with them, so the run also shows how much of the difference the biases make.
-
-Prints one JSON object: per system the median target tokens/s over the timed steps; the
-ratios aiayn / peer; and aiayn's model FLOPs utilisation: matrix-multiply FLOPs per token
-(counted by torch's FlopCounterMode on aiayn's own steps) x tokens/s, against the matmul
-peak measured in the same run (and, on an H100 or H200, against their 989 TFLOP/s bf16
-datasheet peak).
+Prints one JSON object (and writes it to benchmarks/results/, see `results.py`): per system
+the median target tokens/s over the timed steps; the ratios aiayn / peer; and aiayn's model
+FLOPs utilisation: matrix-multiply FLOPs per token (counted by torch's FlopCounterMode on
+aiayn's own steps) x tokens/s, against the matmul peak measured in the same run (and, on
+an H100 or H200, against their 989 TFLOP/s bf16 datasheet peak).
 """
 
 from __future__ import annotations
@@ -58,8 +72,10 @@ from aiayn.model.layers import sinusoid_table
 from aiayn.model.transformer import Transformer
 from aiayn.train.loss import RealTokenLoss
 from aiayn.train.validate import real_positions
+from results import add_arguments, emit
 
 VOCAB, EPS_LS, P_DROP = 8000, 0.1, 0.1  # VOCAB: the default; --vocab changes it
+LN_EPS = ModelConfig.ln_eps  # every system's LayerNorm epsilon
 SIZES = {  # d_model, heads, d_ff, layers (each stack)
     "base": (512, 8, 2048, 6),
     "small": (256, 4, 1024, 3),
@@ -83,14 +99,21 @@ def make_batches(n_batches: int, max_tokens: int, seed: int, vocab: int = VOCAB)
 
 
 class TorchPeer(nn.Module):
-    """`torch.nn.Transformer` (post-LN) with the paper's embeddings, positions and tying."""
+    """`torch.nn.Transformer` (post-LN) as aiayn's network: the paper's embeddings, positions
+    and tying; attention and activation dropout off, no final LayerNorm (see the docstring)."""
 
     def __init__(self, d_model: int, heads: int, d_ff: int, layers: int, vocab: int) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, d_model, padding_idx=PAD_ID)
         self.core = nn.Transformer(
-            d_model, heads, layers, layers, d_ff, P_DROP, batch_first=True
+            d_model, heads, layers, layers, d_ff, P_DROP, batch_first=True, layer_norm_eps=LN_EPS
         )
+        self.core.encoder.norm = self.core.decoder.norm = None  # the paper's post-LN has none
+        for layer in [*self.core.encoder.layers, *self.core.decoder.layers]:
+            layer.dropout = nn.Identity()  # on the ReLU's output: off, as in aiayn
+            for attention in (layer.self_attn, getattr(layer, "multihead_attn", None)):
+                if attention is not None:
+                    attention.dropout = 0.0  # on the attention weights: off, as in aiayn
         self.register_buffer("pe", sinusoid_table(1024, d_model).float(), persistent=False)
         self.drop, self.scale = nn.Dropout(P_DROP), math.sqrt(d_model)
 
@@ -116,14 +139,21 @@ def marian_peer(d_model: int, heads: int, d_ff: int, layers: int, vocab: int) ->
         decoder_start_token_id=BOS_ID, dropout=P_DROP, attention_dropout=0.0,
         activation_dropout=0.0,
     )  # fmt: skip
-    return MarianMTModel(config)
+    model = MarianMTModel(config)
+    for module in model.modules():
+        if isinstance(module, nn.LayerNorm):
+            module.eps = LN_EPS  # Marian's default is 1e-5
+    return model
 
 
 def peer_loss(logits, batch) -> torch.Tensor:
-    """Label-smoothed cross-entropy summed over real target tokens (PyTorch's own)."""
+    """aiayn's label-smoothed cross-entropy, summed over real target tokens, by PyTorch's own
+    `cross_entropy`. PyTorch gives s / V to every class and 1 - s more to the target; with
+    s = eps V / (V - 1) that is aiayn's (tensor2tensor's) eps / (V - 1) and 1 - eps."""
+    vocab = logits.size(-1)
     return F.cross_entropy(
         logits.flatten(0, 1).float(), batch.tgt_out.flatten(), ignore_index=PAD_ID,
-        label_smoothing=EPS_LS, reduction="sum",
+        label_smoothing=EPS_LS * vocab / (vocab - 1), reduction="sum",
     )  # fmt: skip
 
 
@@ -153,7 +183,8 @@ def steppers(
     """name -> (model, optimizer, loss of a batch), for `names` (None: every system)."""
     d_model, heads, d_ff, layers = SIZES[size]
     config = ModelConfig(vocab_size=vocab, d_model=d_model, n_heads=heads, d_ff=d_ff,
-                         n_layers=layers, p_drop=P_DROP)  # fmt: skip
+                         n_layers=layers, p_drop=P_DROP, p_drop_attn=0.0, p_drop_ffn=0.0,
+                         ln_eps=LN_EPS)  # fmt: skip
     compiled = bool(compile_mode)  # aiayn's own option, what `train.compile` runs
     builders = {
         "aiayn": lambda: aiayn_objective(config, compiled=compiled),
@@ -321,9 +352,10 @@ def worker(args) -> None:
 
 def ratios(median: dict[str, float]) -> dict[str, float]:
     """The ratios of the systems that ran: aiayn over each peer, and aiayn with attention
-    biases over MarianMT (which has them)."""
+    biases over each peer (both have them)."""
     pairs = [("aiayn", "hf_marian"), ("aiayn", "torch_nn_transformer"),
-             ("aiayn_attention_bias", "hf_marian"), ("aiayn_reference", "aiayn")]  # fmt: skip
+             ("aiayn_attention_bias", "hf_marian"),
+             ("aiayn_attention_bias", "torch_nn_transformer"), ("aiayn_reference", "aiayn")]  # fmt: skip
     short = {"torch_nn_transformer": "torch"}
     return {
         f"ratio_{a}_over_{short.get(b, b)}": round(median[a] / median[b], 3)
@@ -378,6 +410,7 @@ def main() -> None:
                         help="torch.compile every system: aiayn as `train.compile` does it, "
                         "the peers' whole forward and loss (in MODE: default, "
                         "reduce-overhead, ...)")  # fmt: skip
+    add_arguments(parser)
     args = parser.parse_args()
     args.systems = tuple(args.systems.split(","))  # parsed once, here
     if "aiayn" not in args.systems or set(args.systems) - set(SYSTEMS):
@@ -398,7 +431,7 @@ def main() -> None:
             )
     import transformers
 
-    print(json.dumps({
+    emit(__file__, {
         "task": "training step (fwd + label-smoothed loss + bwd + Adam), identical batches",
         "device": args.device if args.device == "cpu" else torch.cuda.get_device_name(),
         "dtype": args.dtype, "compile": args.compile, "threads": torch.get_num_threads(),
@@ -407,7 +440,7 @@ def main() -> None:
         "measured_matmul_peak_tflops": round(peak / 1e12, 3), "vocab": args.vocab,
         "results": results, "cpu": platform.processor() or platform.machine(),
         "torch": torch.__version__, "transformers": transformers.__version__,
-    }, indent=1))  # fmt: skip
+    }, args)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -73,6 +73,7 @@ from aiayn.export import export_checkpoint
 from aiayn.fast.int8 import cross_store_dtype, quantize_int8
 from aiayn.fast.search import FastSearch
 from aiayn.model.transformer import Transformer
+from results import add_arguments, emit
 
 VOCAB, BEAM, ALPHA = 8000, 4, 0.6
 FLOAT_TOLERANCE = 1e-3  # max |log p| difference allowed between float32 implementations
@@ -338,6 +339,7 @@ def parse_args() -> argparse.Namespace:
                         help="timed passes per system, interleaved; the median counts")
     parser.add_argument("--small", action="store_true",
                         help="d_model 64, 2 + 2 layers, d_ff 256: to check the script quickly")
+    add_arguments(parser)
     return parser.parse_args()  # fmt: skip
 
 
@@ -383,7 +385,7 @@ def report(args, config: ModelConfig, n_batches: int, results: dict, agree: dict
     import transformers
 
     c = config
-    print(json.dumps({
+    emit(__file__, {
         "task": "beam search, one randomly initialised network in every system",
         "network": f"aiayn Transformer: d_model {c.d_model}, {c.n_layers} + {c.n_layers} layers, "
         f"{c.n_heads} heads, d_ff {c.d_ff}, post-LN, interleaved sinusoids, tied scaled "
@@ -410,7 +412,7 @@ def report(args, config: ModelConfig, n_batches: int, results: dict, agree: dict
         "device": args.device, "dtype": args.dtype, "threads": torch.get_num_threads(),
         "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
         "transformers": transformers.__version__, "ctranslate2": ctranslate2.__version__,
-    }, indent=1))  # fmt: skip
+    }, args)  # fmt: skip
 
 
 if __name__ == "__main__":

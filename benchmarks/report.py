@@ -1,0 +1,301 @@
+"""The generated parts of the READMEs and the plots, from the files in `benchmarks/results/`.
+
+    .venv/bin/python benchmarks/report.py [--check]
+
+Writes, from the result files alone (see `results.py`), so that every figure the docs show
+can be traced to the file, command and commit that measured it:
+- `benchmarks/README.md` between `<!-- report:begin summary -->` and `<!-- report:end
+  summary -->`: per machine, the headline figures of the latest result of each benchmark
+  command (the same command run again on the same machine replaces the older one);
+- `README.md` between `<!-- report:begin results -->` and `<!-- report:end results -->`:
+  the Results table, whose Multi30k rows come from `multi30k.py` result files only;
+- `benchmarks/plots/multi30k_bleu.png` (sacreBLEU of each saved checkpoint against its
+  training minutes) and `benchmarks/plots/speed_ratios.png` (aiayn / peer, per machine).
+
+`--check` writes nothing and exits 1 if a README differs from what it would write (the
+test of the same name runs it). The plots are not checked: their bytes depend on the
+matplotlib and FreeType versions; they are the same from run to run on one installation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+PLOTS = ROOT / "benchmarks" / "plots"
+READMES = {"summary": ROOT / "benchmarks" / "README.md", "results": ROOT / "README.md"}
+OWN_OPTIONS = ("--note", "--results-dir", "--out")  # where and why: not part of a variant
+
+# The paper's rows of the Results table: what we have not run, with the paper's BLEU.
+PAPER_ROWS = [
+    "| WMT14 En→De | `configs/wmt14_en_de_base.yaml` | newstest2014 | not run by us yet "
+    "(needs GPUs) | [docs/reproduce.md](docs/reproduce.md) | 27.3 |",
+    "| WMT14 En→De | `configs/wmt14_en_de_big.yaml` | newstest2014 | not run by us yet | | 28.4 |",
+    "| WMT14 En→Fr | `configs/wmt14_en_fr_big.yaml` | newstest2014 | not run by us yet | | 41.8 |",
+]
+
+
+class ReportError(Exception):
+    """A README without its markers, or a result file that cannot be read."""
+
+
+def load(results_dir: Path = RESULTS) -> list[dict]:
+    """Every result file, oldest first (by its UTC time, then name), with its name added."""
+    records = []
+    for path in sorted(results_dir.glob("*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            record["meta"]["utc"]
+        except (ValueError, KeyError, TypeError) as error:
+            raise ReportError(f"{path}: not a result file of results.py ({error})") from None
+        record["file"] = path.name
+        records.append(record)
+    return sorted(records, key=lambda r: (r["meta"]["utc"], r["file"]))
+
+
+def machine(record: dict) -> str:
+    """'NVIDIA H100 80GB HBM3' or 'AMD EPYC (family 26, model 2), 2 logical CPUs'."""
+    m = record["meta"]
+    if m.get("gpu"):
+        return m["gpu"]
+    cpu = m["cpu"]
+    return f"{cpu['name']} (family {cpu['family']}, model {cpu['model']}), " \
+           f"{cpu['logical_cpus']} logical CPUs"  # fmt: skip
+
+
+def variant(record: dict) -> str:
+    """The command without the options that only say where and why it was recorded
+    (`--note`, `--results-dir`, a run's `--out` directory)."""
+    words, kept = shlex.split(record["meta"]["command"])[2:], []
+    skip = False
+    for word in words:
+        if skip:
+            skip = False
+        elif word in OWN_OPTIONS:
+            skip = True
+        elif word != "--no-save" and not word.startswith(tuple(o + "=" for o in OWN_OPTIONS)):
+            kept.append(word)
+    return " ".join(kept)
+
+
+def latest(records: list[dict]) -> list[dict]:
+    """The newest record of each (machine, script, variant), in order of first appearance."""
+    newest: dict[tuple, dict] = {}
+    for record in records:  # oldest first: a later run replaces the earlier one
+        key = (machine(record), record["meta"]["script"], variant(record))
+        newest.pop(key, None)
+        newest[key] = record
+    return list(newest.values())
+
+
+def _train_speed(result: dict) -> list[tuple[str, str]]:
+    rows = []
+    for size, r in result["results"].items():
+        rows.append((f"{size}: aiayn target tokens/s", f"{r['tokens_per_s_median']['aiayn']:g}"))
+        rows += [(f"{size}: {k[len('ratio_'):].replace('_over_', ' / ')}", f"{v:.2f}")
+                 for k, v in r.items() if k.startswith("ratio_")]  # fmt: skip
+        share = r.get("aiayn_fraction_of_measured_matmul_peak")
+        if share is not None:
+            rows.append((f"{size}: aiayn share of the measured matmul peak", f"{share:.3f}"))
+    return rows
+
+
+def _multi30k(result: dict) -> list[tuple[str, str]]:
+    final = result["final_avg_last5"]
+    return [("sacreBLEU, last 5 averaged", f"{final['bleu']:.2f}"),
+            ("training updates", str(result["steps"])),
+            ("minutes end to end", f"{result['total_minutes']:g}")]  # fmt: skip
+
+
+def _demo(result: dict) -> list[tuple[str, str]]:
+    return [("sacreBLEU, last 3 averaged", f"{result['bleu']:.2f}"),
+            ("training minutes", f"{result['train_minutes']:g}")]  # fmt: skip
+
+
+def _prepare_scale(result: dict) -> list[tuple[str, str]]:
+    rows = [(f"{r['pairs']:,} pairs: pairs/s", f"{r['pairs_per_second']:g}")
+            for r in result["runs"]]
+    return rows + [("peak memory, largest / smallest",
+                    f"{result['peak_rss_ratio_largest_to_smallest']:.2f}")]  # fmt: skip
+
+
+def _ratios(result: dict) -> list[tuple[str, str]]:
+    """Any script: its top-level ratios, and those under "ratios"."""
+    found = {k: v for k, v in result.items() if "ratio" in k and isinstance(v, (int, float))}
+    found.update((k, v) for k, v in result.get("ratios", {}).items() if "tokens/s" in k)
+    names = {k: k.replace("speed_ratio_", "").replace("ratio_", "").replace("_over_", " / ")
+             for k in found}  # "ratio_full_over_chunked_time" -> "full / chunked_time"
+    return [(names[k].replace("_time", ", time").replace("_peak_growth", ", peak memory growth"),
+             f"{v:.2f}") for k, v in found.items()]  # fmt: skip
+
+
+SUMMARIES = {"train_speed": _train_speed, "multi30k": _multi30k, "demo": _demo,
+             "prepare_scale": _prepare_scale}
+
+
+def figures(record: dict) -> list[tuple[str, str]]:
+    """(figure, value) rows of a record's headline figures."""
+    return SUMMARIES.get(record["meta"]["script"], _ratios)(record["result"])
+
+
+def _link(record: dict, prefix: str) -> str:
+    note = record["meta"].get("note")
+    dirty = " (uncommitted changes)" if record["meta"].get("dirty") else ""
+    suffix = f": {note}" if note else ""
+    return f"[{record['meta']['utc'][:10]}, {record['meta']['commit']}{dirty}]" \
+           f"({prefix}{record['file']}){suffix}"  # fmt: skip
+
+
+def summary_tables(records: list[dict]) -> str:
+    """Per machine, a table of the latest result of each benchmark command."""
+    by_machine: dict[str, list[dict]] = {}
+    for record in latest(records):
+        by_machine.setdefault(machine(record), []).append(record)
+    if not by_machine:
+        return "No result files yet.\n"
+    out = []
+    for name in sorted(by_machine):
+        out += [f"#### {name}", "", "| benchmark | figure | value | result file |",
+                "| --- | --- | --- | --- |"]  # fmt: skip
+        for record in by_machine[name]:
+            command = f"`{record['meta']['script']}.py {variant(record)}`".replace(" `", "`")
+            rows = figures(record) or [("(no headline figure: see the file)", "")]
+            for k, (figure, value) in enumerate(rows):
+                link = _link(record, "results/") if k == 0 else ""
+                out.append(f"| {command if k == 0 else ''} | {figure} | {value} | {link} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def results_table(records: list[dict]) -> str:
+    """README's Results table: the demo's and Multi30k's rows from result files (none
+    without one), then the paper's rows."""
+    rows = ["| task | model | test set | sacreBLEU | hardware, time | paper |",
+            "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for record in latest([r for r in records if r["meta"]["script"] == "demo"]):
+        result, m = record["result"], record["result"]["model"]
+        rows.append(
+            f"| offline demo (embedded En→De corpus) | {m['n_layers']}+{m['n_layers']} layers, "
+            f"d_model {m['d_model']}, {result['train_steps']} steps, last 3 averaged | "
+            f"{result['test_set']} | **{result['bleu']:.2f}** | {machine(record)}, "
+            f"{result['train_minutes']:g} min of training "
+            f"({_link(record, 'benchmarks/results/')}) | — |"
+        )
+    for record in latest([r for r in records if r["meta"]["script"] == "multi30k"]):
+        result = record["result"]
+        rows.append(
+            f"| Multi30k En→De | `configs/multi30k.yaml`, {result['steps']:,} updates, last 5 "
+            f"averaged | test_2016_flickr | **{result['final_avg_last5']['bleu']:.2f}** | "
+            f"{machine(record)}, {result['total_minutes']:g} min end to end "
+            f"({_link(record, 'benchmarks/results/')}) | — |"
+        )
+    return "\n".join(rows + PAPER_ROWS) + "\n"
+
+
+def replace_between(text: str, name: str, body: str, where: str = "README") -> str:
+    """`text` with what lies between the `name` markers replaced by `body`."""
+    begin, end = f"<!-- report:begin {name} -->\n", f"<!-- report:end {name} -->"
+    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
+    if len(pattern.findall(text)) != 1:
+        raise ReportError(f"{where}: needs exactly one '{begin.strip()}' ... '{end}' pair")
+    return pattern.sub(lambda _: begin + body + end, text)
+
+
+def readmes(records: list[dict], readme_paths: dict[str, Path] = READMES) -> dict[Path, str]:
+    """path -> the README's text with its generated part rebuilt."""
+    bodies = {"summary": summary_tables(records), "results": results_table(records)}
+    return {
+        path: replace_between(path.read_text(encoding="utf-8"), name, bodies[name], str(path))
+        for name, path in readme_paths.items()
+    }
+
+
+def _figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.hashsalt"] = "aiayn"  # no random ids, should SVG ever be drawn
+    return plt
+
+
+def plot_bleu(records: list[dict], path: Path) -> None:
+    """sacreBLEU of each saved checkpoint against training minutes, a line per run."""
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    runs = [r for r in records if r["meta"]["script"] == "multi30k"]
+    for record in runs:
+        curve = record["result"]["curve"]
+        label = f"{machine(record).split(' (')[0]}, {record['meta']['commit']}"
+        ax.plot([p["minutes"] for p in curve], [p["bleu"] for p in curve], marker="o",
+                label=label)  # fmt: skip
+    if runs:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no multi30k.py result file yet", ha="center", transform=ax.transAxes)
+    ax.set(xlabel="training minutes", ylabel="sacreBLEU, test_2016_flickr",
+           title="Multi30k En→De, configs/multi30k.yaml")  # fmt: skip
+    ax.grid(alpha=0.3)
+    _save(fig, path)
+
+
+def plot_ratios(records: list[dict], path: Path) -> None:
+    """aiayn / peer speed ratios of the latest results, one bar each, grouped by machine."""
+    plt = _figure()
+    bars = [(f"{machine(r).split(' (')[0]} | {r['meta']['script']} | {figure}", float(value))
+            for r in latest(records) if r["meta"]["script"] != "multi30k"
+            for figure, value in figures(r) if " / " in figure and "aiayn" in figure]  # fmt: skip
+    fig, ax = plt.subplots(figsize=(8.0, 1.0 + 0.32 * max(len(bars), 1)), dpi=100)
+    ax.barh(range(len(bars)), [v for _, v in bars], color="tab:blue")
+    ax.set_yticks(range(len(bars)), [label for label, _ in bars], fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    if not bars:
+        ax.text(1.0, 0.0, "no speed result file yet", ha="center", va="center")
+    ax.set(xlabel="speed ratio, aiayn / peer (> 1: aiayn faster)", title="Speed ratios")
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})  # no version stamp
+    fig.clf()
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if a README differs from the results")
+    args = parser.parse_args(argv)
+    try:
+        records = load()
+        texts = readmes(records)
+    except ReportError as error:
+        print(f"report.py: {error}", file=sys.stderr)
+        return 2
+    stale = [p for p, text in texts.items() if p.read_text(encoding="utf-8") != text]
+    if args.check:
+        for path in stale:
+            print(f"{path.relative_to(ROOT)} differs from benchmarks/report.py's output",
+                  file=sys.stderr)  # fmt: skip
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(texts[path], encoding="utf-8")
+    plot_bleu(records, PLOTS / "multi30k_bleu.png")
+    plot_ratios(records, PLOTS / "speed_ratios.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
