@@ -45,7 +45,7 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
         "demo", help="offline: generate En-De data, prepare, train, translate, print BLEU"
     )
     p.add_argument("--out", help="run directory (default: runs/demo, runs/demo-parse)")
-    p.add_argument("--fast", action="store_true", help="a tiny run of seconds (for tests)")
+    p.add_argument("--fast", action="store_true", help="a small, quick run (for tests)")
     p.add_argument("--reference", action="store_true", help=REFERENCE_HELP)
     p.add_argument("--task", choices=("translate", "parse"), default="translate",
                    help="En-De translation, or English constituency parsing (sec. 6.3)")

@@ -125,11 +125,11 @@ class TrainConfig:
     # to it. false (`--reference`): the core alone, the code as the paper writes it.
     fast: bool = True
     # Fast path: torch.compile the network and the loss's element-wise work (fused kernels),
-    # for GPUs; on a CPU the hand-fused pieces do better. See benchmarks/README.md.
+    # for GPUs; on a CPU the hand-fused pieces do better (`benchmarks/train_speed.py --compile`).
     compile: bool = False
     # Fast path: the attention kernel the training forward and dev loss try first on a CUDA
     # GPU (the others as fallbacks); auto: PyTorch's choice
-    # (`aiayn.fast.attention.kernel_preference`, benchmarks/README.md).
+    # (`aiayn.fast.attention.kernel_preference`; `benchmarks/attention_backends.py` compares).
     attention_kernel: Literal["auto", "efficient", "flash", "cudnn", "math"] = "efficient"
     clip_norm: float = 0.0  # max gradient L2 norm; 0 = no clipping, as in the paper
     device: str = "auto"  # auto: cuda (cuda:LOCAL_RANK under torchrun) if available, else cpu

@@ -27,7 +27,7 @@ class StoreBuffers:
     A store's pages are first touched when a step's keys and values are written into it,
     and on a CPU each fresh 4 KiB page costs a fault. PyTorch returns large blocks to the
     system when they are freed, so every batch of a translation faulted its stores in
-    again (benchmarks/README.md counts them). With buffers, a self-attention store
+    again. With buffers, a self-attention store
     that is made or grown, and any store compacted when sentences leave, is written into a
     buffer kept for it instead of fresh memory. (The encoder-decoder stores are made once a
     search, from the encoder's output; the beam's widening rewrites a one-position store.)

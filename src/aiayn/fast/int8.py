@@ -58,7 +58,8 @@ class Int8Linear(nn.Module):
     because fbgemm's AVX2 kernels add pairs of u8 x s8 products in 16 bits, which 8-bit
     inputs can overflow. oneDNN's kernels on AMX tiles and on AVX-512 VNNI add the products
     straight into 32 bits, so there the input keeps all 8 bits, which halves each product's
-    error and brings int8 translation closer to float32 (benchmarks/README.md). Elsewhere
+    error and brings int8 translation closer to float32 (`benchmarks/translate_speed.py`
+    reports the agreement). Elsewhere
     7 bits stay.
     """
 

@@ -5,7 +5,7 @@ PyTorch multiplies float32 matrices on the CPU with Intel's MKL, which takes its
 oneDNN, also inside PyTorch, picks its kernels by instruction set alone. So on x86 CPUs not
 made by Intel, the products x W^T + b (forward) and g W (the input's gradient) go through
 oneDNN's linear; the weight's gradient g^T x stays with MKL, since oneDNN would first copy
-both transposed operands. The measurements behind this are in benchmarks/README.md.
+both transposed operands. `benchmarks/step_breakdown.py` measures the products in a step.
 
 Both are float32 products, accumulated in float32 in different orders: they differ in the
 last bits, as two block sizes of one library do. Float64, autocast, other devices and code
