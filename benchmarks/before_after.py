@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Run in the checkout under test (its own aiayn): times aiayn's beam search there.
 TRANSLATE_WORKER = r"""
-import copy, importlib.util, json, sys, time
+import copy, importlib.util, inspect, json, sys, time
 import torch
 import translate_speed as ts
 from aiayn.config import ModelConfig
@@ -61,7 +61,8 @@ if name not in models:
 model = models[name]()
 sents = ts.sources(n, 1)
 batches = [[sents[i] for i in g] for g in ts.groups(sents, 4096, None)]
-run = ts.runner(name, "cpu")
+extra = [None] if "names" in inspect.signature(ts.runner).parameters else []  # CT2's only
+run = ts.runner(name, "cpu", *extra)
 run(model, batches[-1:], 4, "cpu")  # first-call overheads, untimed
 times = [ts.timed(run, model, batches, out_len, "cpu")[0] for _ in range(repeats)]
 print(json.dumps(times))
