@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-from contextlib import nullcontext
 import json
 import platform
 import random
@@ -70,8 +69,8 @@ from aiayn.decode.search import run_search
 from aiayn.decode.strategy import BeamStrategy
 from aiayn.data.batching import longest_first_batches
 from aiayn.export import export_checkpoint
-from aiayn.fast.int8 import cross_store_dtype, quantize_int8
-from aiayn.fast.search import FastSearch
+from aiayn.fast.int8 import quantize_int8
+from aiayn.fast.search import FastSearch, search_options
 from aiayn.model.transformer import Transformer
 from results import add_arguments, emit
 
@@ -121,7 +120,7 @@ def aiayn_search(name: str, device: str) -> FastSearch | None:
     path's (the int8 model's with its narrowed encoder-decoder stores), or the core's."""
     if name == "aiayn_reference":
         return None
-    return FastSearch(device, cross_store_dtype() if name == "aiayn_int8" else None)
+    return FastSearch(device, int8=name == "aiayn_int8")
 
 
 @torch.no_grad()
@@ -133,7 +132,7 @@ def run_aiayn(
     for sents in batches:
         src = padded(sents, device)  # (batch, src_len)
         max_len = torch.full((src.size(0),), out_len, device=src.device)
-        with search.options(model) if search else nullcontext({}) as options:
+        with search_options(search, model) as options:
             topk = options.get("topk", torch.topk)
             strategy = BeamStrategy(max_len, BEAM, 1, ALPHA, out_len - 1, EOS_ID, PAD_ID, topk)
             hyps = run_search(model, src, strategy, BOS_ID, options.get("new_cache"))
@@ -197,7 +196,7 @@ def aiayn_cached_logp(
     src_pad = model.pad_mask(src)
     memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
     steps = []
-    with search.options(model) if search else nullcontext({}) as options:
+    with search_options(search, model) as options:
         cache = options.get("new_cache", model.new_cache)(src_pad)
         for t in range(feed.size(1)):
             hidden = model.decode(feed[:, t : t + 1], memory, src_pad, cache)  # (batch, 1, d_model)

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from contextlib import nullcontext
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TextIO
 
 import torch
 
+from aiayn import fast
 from aiayn.checkpoint import load_checkpoint
 from aiayn.config import DecodeConfig
 from aiayn.data.batching import longest_first_batches
@@ -36,9 +36,8 @@ from aiayn.decode.search import beam_search, greedy_search, output_limits
 from aiayn.decode.strategy import Hypothesis
 from aiayn.device import parse_device
 from aiayn.errors import ConfigError
-from aiayn import fast
-from aiayn.fast.int8 import check_int8, cross_store_dtype, quantize_int8
-from aiayn.fast.search import FastSearch
+from aiayn.fast.int8 import check_int8, quantize_int8
+from aiayn.fast.search import FastSearch, search_options
 from aiayn.model.transformer import Transformer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -108,7 +107,7 @@ class Translator:
             model = fast.apply(model)
             if int8:
                 quantize_int8(model)
-            search = FastSearch(device, cross_store_dtype() if int8 else None)
+            search = FastSearch(device, int8)
         given = dict(beam=beam, alpha=alpha, max_len_offset=max_len_offset, min_len=min_len)
         given.update(nbest=nbest)
         config = dataclasses.replace(
@@ -151,8 +150,7 @@ class Translator:
             if self.decode.min_len > 0:  # every limit is >= 1: min_len 0 never conflicts
                 limits = output_limits(self.model, src, self.decode.max_len_offset)  # (batch,)
                 capped += int(limits.le(self.decode.min_len).sum())
-            options = self.search.options(self.model) if self.search else nullcontext({})
-            with options as kwargs:  # the fast path's topk and cache, or the core's
+            with search_options(self.search, self.model) as kwargs:  # the fast path's topk and cache, or the core's
                 if self.decode.beam == 1:
                     best = greedy_search(self.model, src, self.decode, **kwargs)
                     hyps = [[h] if h else [] for h in best]

@@ -17,10 +17,10 @@ model with learned positions (Table 3 row E) also at most its `max_len`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
-
-from collections.abc import Callable
 
 from aiayn.config import DecodeConfig
 from aiayn.data.vocab import BOS_ID, EOS_ID

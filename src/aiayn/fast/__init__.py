@@ -43,7 +43,8 @@ def apply(module: nn.Module, compiled: bool = False) -> nn.Module:
     `compiled`: the training loss runs through `torch.compile` (`train.compile`).
     Applying twice changes nothing more: fast pieces are not swapped again."""
     _swap_children(module, compiled)
-    return _fast_piece(module, compiled) or module
+    fast = _fast_piece(module, compiled)
+    return module if fast is None else fast
 
 
 def _swap_children(module: nn.Module, compiled: bool) -> None:
@@ -51,7 +52,8 @@ def _swap_children(module: nn.Module, compiled: bool) -> None:
         fast = _fast_piece(child, compiled)
         if fast is not None:
             setattr(module, name, fast)
-        _swap_children(fast or child, compiled)
+            child = fast
+        _swap_children(child, compiled)
 
 
 def _fast_piece(module: nn.Module, compiled: bool) -> nn.Module | None:

@@ -14,16 +14,18 @@ import torch
 from torch import Tensor
 
 from aiayn.fast.cache import StoreBuffers, buffered_cache
+from aiayn.fast.int8 import cross_store_dtype
 
 
 class FastSearch:
     """What `beam_search` / `greedy_search` take from the fast path: `row_topk`, and caches
     whose memory is kept from one search to the next on a CPU (`StoreBuffers`) and whose
-    encoder-decoder stores are in `cross_dtype` (None: the model's)."""
+    encoder-decoder stores are in `cross_dtype`: the int8 model's (`int8`), else None (the
+    model's own)."""
 
-    def __init__(self, device: str | torch.device, cross_dtype: torch.dtype | None = None) -> None:
+    def __init__(self, device: str | torch.device, int8: bool = False) -> None:
         self.buffers = StoreBuffers.for_device(device)
-        self.cross_dtype = cross_dtype
+        self.cross_dtype = cross_store_dtype() if int8 else None
 
     @contextmanager
     def options(self, model) -> Iterator[dict]:
@@ -34,6 +36,12 @@ class FastSearch:
                 "topk": row_topk,
                 "new_cache": lambda pad: buffered_cache(model, pad, kept, self.cross_dtype),
             }
+
+
+def search_options(search: FastSearch | None, model):
+    """A context giving one search's keyword arguments: the fast path's (`search`), or none
+    (None: the core's `torch.topk` and `model.new_cache`)."""
+    return search.options(model) if search is not None else nullcontext({})
 
 
 TOPK_CHUNK = 64  # entries per chunk in `row_topk` (the best of 32, 64, 128 and 256)
