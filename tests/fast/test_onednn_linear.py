@@ -201,3 +201,34 @@ def test_the_chunked_loss_on_onednn_matches_it_on_mkl(monkeypatch):
         results.append((smoothed, nll, *grads))
     for a, b in zip(*results):
         torch.testing.assert_close(a, b)
+
+
+def test_bucket_rows_rounds_up_by_at_most_an_eighth():
+    from aiayn.fast.linear import bucket_rows
+
+    sizes = [bucket_rows(n) for n in range(1, 5000)]
+    assert all(n <= b <= max(n * 9 // 8 + 1, -(-n // 8) * 8) for n, b in zip(range(1, 5000), sizes))
+    assert bucket_rows(0) == 0 and bucket_rows(64) == 64 and bucket_rows(65) == 72
+    assert len(set(sizes)) <= 70  # 8 sizes up to 64, then 8 per doubling
+
+
+@needs_onednn
+def test_inference_meets_a_bounded_set_of_shapes_and_the_same_values(onednn, monkeypatch):
+    """A server's batches come in every size; oneDNN caches a kernel per shape, so inference
+    pads rows to `bucket_rows` sizes: memory stays flat. The padding changes no value."""
+    seen: set[tuple[int, ...]] = set()
+    product = linear_module._onednn_linear
+
+    def spy(x, weight, bias, attr="none"):
+        seen.add(tuple(x.shape))
+        return product(x, weight, bias, attr)
+
+    monkeypatch.setattr(linear_module, "_onednn_linear", spy)
+    weight, bias = torch.randn(24, 16), torch.randn(24)
+    with torch.no_grad():
+        for rows in range(1, 600):
+            x = torch.randn(rows, 2, 16)  # (rows, 2, in): leading dims are kept
+            out = linear(x, weight, bias)
+            assert out.shape == (rows, 2, 24)
+            torch.testing.assert_close(out, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+    assert len(seen) == 42  # 599 row counts (2 to 1,198): 8 sizes to 64, 8 per doubling

@@ -50,7 +50,27 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         return _OneDnnLinear.apply(x, weight, bias)
-    return _onednn_linear(x, weight, bias)
+    rows = x.reshape(-1, x.size(-1))  # (tokens, in)
+    n = rows.size(0)
+    if bucket_rows(n) != n:  # zero rows below: they add output rows that are cut off
+        rows = torch.cat([rows, rows.new_zeros(bucket_rows(n) - n, rows.size(1))])
+    return _onednn_linear(rows, weight, bias)[:n].view(*x.shape[:-1], weight.size(0))
+
+
+def bucket_rows(rows: int) -> int:
+    """`rows` rounded up to one of a bounded set of sizes: a multiple of 8 up to 64, then one
+    of 8 sizes per doubling (at most 12.5% more rows).
+
+    oneDNN builds and caches a kernel for each shape it multiplies. A server's batches come
+    in every size, and a process that kept meeting new shapes kept growing (measured by
+    `benchmarks/serve_load.py`); padded to these sizes, inference meets a few dozen shapes
+    per weight, and its memory stays flat once they have all been seen. Training keeps its
+    exact shapes: its batches are built to a token budget, and padding would cost compute.
+    """
+    if rows <= 64:
+        return -(-rows // 8) * 8
+    step = 1 << (rows.bit_length() - 4)
+    return -(-rows // step) * step
 
 
 def affine(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:
