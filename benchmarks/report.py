@@ -135,8 +135,19 @@ def _ratios(result: dict) -> list[tuple[str, str]]:
              f"{v:.2f}") for k, v in found.items()]  # fmt: skip
 
 
+def _attention_window(result: dict) -> list[tuple[str, str]]:
+    """Per n, full attention's figure against the window's; each one's growth with n."""
+    (full, restricted), r = result["results"].values(), result["window"]
+    rows = [(f"n={n}: {what}, full / window {r}", f"{full[n][key]:g} / {restricted[n][key]:g}")
+            for n in full for key, what in (("ms", "ms"), ("peak_growth_mib", "peak MiB"))]
+    for name, steps in result["growth_per_step"].items():
+        rows.append((f"{name.replace('_', ' ')}: time growth from the previous n",
+                     ", ".join(f"{step['ms']:g}" for step in steps.values())))
+    return rows  # fmt: skip
+
+
 SUMMARIES = {"train_speed": _train_speed, "multi30k": _multi30k, "demo": _demo,
-             "prepare_scale": _prepare_scale}
+             "prepare_scale": _prepare_scale, "attention_window": _attention_window}
 
 
 def figures(record: dict) -> list[tuple[str, str]]:

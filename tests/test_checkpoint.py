@@ -143,6 +143,17 @@ def test_a_config_saved_before_attention_bias_existed_loads_with_biases(tmp_path
         torch.testing.assert_close(model_weights(loaded.model)[name], tensor, rtol=0, atol=0)
 
 
+def test_the_attention_window_round_trips_and_older_configs_load_with_full_attention(
+    tmp_path, vocab
+):
+    path, _, _ = _saved(tmp_path, vocab, attention_window=3)
+    assert load_checkpoint(path).config.model.attention_window == 3
+    config_file = path / checkpoint.CONFIG
+    lines = config_file.read_text("utf-8").splitlines(keepends=True)
+    config_file.write_text("".join(x for x in lines if "attention_window" not in x), "utf-8")
+    assert load_checkpoint(path).config.model.attention_window == 0
+
+
 def test_biased_weights_under_a_bias_free_config_name_the_option(tmp_path, vocab):
     path, _, _ = _saved(tmp_path, vocab, attention_bias=True)
     config_file = path / checkpoint.CONFIG

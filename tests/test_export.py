@@ -149,7 +149,9 @@ def leftovers(parent: Path) -> list[str]:
      ("huggingface", {"positional": "learned"}, "learned positions"),
      ("huggingface", {"d_k": 8, "d_v": 8}, "d_k=8"),
      ("huggingface", {"src_vocab_size": True}, "shared by source and target"),
-     ("ctranslate2", {"d_k": 8, "d_v": 4}, "d_k=8, d_v=4")],
+     ("ctranslate2", {"d_k": 8, "d_v": 4}, "d_k=8, d_v=4"),
+     ("huggingface", {"attention_window": 2}, "model.attention_window=2"),
+     ("ctranslate2", {"attention_window": 2}, "model.attention_window=2")],
 )  # fmt: skip
 def test_an_unrepresentable_checkpoint_is_a_clear_error_before_anything_is_written(
     tmp_path, vocab, capsys, target, layout, named

@@ -82,6 +82,23 @@ def test_a_result_without_headline_figures_is_still_listed(tmp_path):
     assert "(results/0.json)" in report.summary_tables(report.load(tmp_path / "results"))
 
 
+def test_attention_window_rows_set_each_length_full_against_the_window(tmp_path):
+    def case(ms_256, mib_256, ms_1024, mib_1024):
+        return {"256": {"ms": ms_256, "peak_growth_mib": mib_256},
+                "1024": {"ms": ms_1024, "peak_growth_mib": mib_1024}}  # fmt: skip
+
+    result = {"window": 16,
+              "results": {"full": case(76.2, 17.0, 375.9, 49.6),
+                          "window_16": case(86.4, 13.1, 250.4, 47.1)},
+              "growth_per_step": {"full": {"1024": {"ms": 4.93}},
+                                  "window_16": {"1024": {"ms": 2.9}}}}  # fmt: skip
+    _write(tmp_path / "results", [_record("attention_window", "2026-01-01T00:00:00Z", result)])
+    table = report.summary_tables(report.load(tmp_path / "results"))
+    assert "| n=1024: ms, full / window 16 | 375.9 / 250.4 |" in table
+    assert "| n=256: peak MiB, full / window 16 | 17 / 13.1 |" in table
+    assert "| window 16: time growth from the previous n | 2.9 |" in table
+
+
 def test_bleu_rows_only_from_result_files():
     assert "Multi30k" not in report.results_table([])
     assert "offline demo" not in report.results_table([])

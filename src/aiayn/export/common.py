@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from aiayn.checkpoint import Checkpoint, _replace_dir, _umask
-from aiayn.config import Config
+from aiayn.config import Config, ModelConfig
 from aiayn.data.vocab import Vocab
 from aiayn.errors import ExportError
 
@@ -33,6 +33,14 @@ def refuse_unrepresentable(target: str, problems: list[str]) -> None:
     """One clear error naming everything `target` cannot represent; nothing if empty."""
     if problems:
         raise ExportError(f"cannot export to {target}: {'; '.join(problems)}")
+
+
+def restricted_attention(config: ModelConfig) -> list[str]:
+    """The problem of a model with restricted self-attention, which neither target has."""
+    if not config.attention_window:
+        return []
+    return [f"its self-attention sees every position, this model's only those within "
+            f"model.attention_window={config.attention_window}"]  # fmt: skip
 
 
 def n_positions(config: Config) -> int:

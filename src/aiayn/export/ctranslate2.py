@@ -28,7 +28,8 @@ from aiayn.checkpoint import SHARED_VOCAB, SRC_VOCAB, TGT_VOCAB, Checkpoint, loa
 from aiayn.data.vocab import BOS_ID, EOS_ID, UNK_ID
 from aiayn.errors import ExportError
 from aiayn.export.common import (
-    array, n_positions, pieces, refuse_unrepresentable, write_marker, written_atomically,
+    array, n_positions, pieces, refuse_unrepresentable, restricted_attention, write_marker,
+    written_atomically,
 )  # fmt: skip
 from aiayn.model.layers import sinusoid_table
 from aiayn.model.transformer import Transformer
@@ -60,9 +61,10 @@ aiayn's ((5 + length) / 6) ** alpha, so beam search may pick other hypotheses th
 
 def unrepresentable(model: Transformer) -> list[str]:
     """What CTranslate2's `TransformerSpec` cannot hold: empty for every Table 3 row but B
-    with d_k != d_v (CTranslate2 has one head dimension for queries, keys and values)."""
+    with d_k != d_v (CTranslate2 has one head dimension for queries, keys and values), and
+    restricted self-attention."""
     c = model.config
-    problems = []
+    problems = restricted_attention(c)
     if c.key_dim != c.value_dim:
         problems.append(f"its heads have one dimension for keys and values, this model "
                         f"d_k={c.key_dim}, d_v={c.value_dim}")  # fmt: skip

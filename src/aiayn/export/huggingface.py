@@ -17,7 +17,8 @@ Marian's layer is the paper's post-LN layer (sec. 3.1) with ReLU, scaled tied em
 Marian's attention projections always have biases: zeros where aiayn has none (the paper's
 W^Q, W^K, W^V, W^O, sec. 3.2.2). Pre-LN models, learned positions (Table 3 row E), heads
 of another width than d_model / h and separate source and target vocabularies are refused:
-Marian cannot represent them (CTranslate2 can: `aiayn export --to ctranslate2`).
+Marian cannot represent them (CTranslate2 can: `aiayn export --to ctranslate2`); neither
+can restricted self-attention (`model.attention_window`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTo
 from aiayn.checkpoint import Checkpoint, load_checkpoint
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.export.common import (
-    n_positions, pieces, refuse_unrepresentable, write_marker, written_atomically,
+    n_positions, pieces, refuse_unrepresentable, restricted_attention, write_marker,
+    written_atomically,
 )  # fmt: skip
 from aiayn.model.transformer import Transformer
 
@@ -61,7 +63,7 @@ hypotheses than `aiayn translate`; greedy decoding (num_beams=1) picks the same 
 def unrepresentable(model: Transformer) -> list[str]:
     """What a `MarianMTModel` cannot hold, one phrase each (empty: exportable)."""
     c = model.config
-    problems = []
+    problems = restricted_attention(c)
     if c.norm == "pre":
         problems.append("MarianMT is post-LN only (model.norm=pre has no Marian layout)")
     if c.positional == "learned":

@@ -19,7 +19,9 @@ fast pieces, over the same parameters:
 Beside the swaps: `search.FastSearch` (a faster top-k and cache memory kept between
 searches), `int8.quantize_int8` (int8 weights for CPU decoding) and
 `attention.kernel_preference` (the GPU attention kernel). `--reference` (`train.fast:
-false`) runs the core alone.
+false`) runs the core alone. Restricted self-attention (`model/window.py`) has no fast
+piece: it stays the core's, and decoding keeps to its window through the cache's entries,
+which the fast path's cache shares.
 """
 
 from __future__ import annotations

@@ -147,4 +147,4 @@ def buffered_cache(
         BufferedLayerCache(index=i, buffers=buffers, cross_dtype=cross_dtype)
         for i in range(len(model.decoder))
     ]
-    return KVCache(layers, src_pad_mask)
+    return KVCache(layers, src_pad_mask, window=model.config.attention_window)

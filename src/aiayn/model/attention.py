@@ -13,16 +13,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.model.cache import LayerCache
+from aiayn.model.window import band_mask, windowed_attention
 
 
 def attend_mask(
-    key_pad_mask: Tensor | None, causal: bool, q_len: int, k_len: int, device: torch.device
-) -> Tensor | None:
+    key_pad_mask: Tensor | None, causal: bool, q_len: int, k_len: int, device: torch.device,
+    window: int = 0,
+) -> Tensor | None:  # fmt: skip
     """The boolean mask (True = may attend) that `ScaledDotProductAttention` takes.
 
     key_pad_mask: (batch, k_len), True = padding. With `causal`, query i (the last q_len of
     k_len positions) sees keys j <= i + (k_len - q_len): the decoder's masking (sec. 3.2.3)
-    also when a cache holds k_len - q_len earlier positions. None when nothing is masked.
+    also when a cache holds k_len - q_len earlier positions. A `window` > 0 also keeps keys
+    farther than that from the query out (`model/window.py`). None when nothing is masked.
     """
     mask = None
     if key_pad_mask is not None:
@@ -31,6 +34,9 @@ def attend_mask(
         offset = k_len - q_len
         tri = torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=offset)
         mask = tri if mask is None else mask & tri  # (batch | 1, 1, q_len, k_len)
+    if window:
+        band = band_mask(q_len, k_len, window, causal, device)  # (q_len, k_len)
+        mask = band if mask is None else mask & band
     return mask
 
 
@@ -68,14 +74,18 @@ class MultiHeadAttention(nn.Module):
     encoder-decoder attention projects queries from the decoder and fuses K and V from the
     encoder output. The weights are those of the paper's W^Q_i, W^K_i, W^V_i stacked by head.
     Like the paper's matrices they have no biases unless `bias` (`ModelConfig.attention_bias`).
+    Self-attention with a `window` r > 0 is restricted to keys within r positions (sec. 4,
+    `model/window.py`); encoder-decoder attention never is (the paper restricts only
+    self-attention).
     """
 
     def __init__(
         self, d_model: int, n_heads: int, d_k: int, d_v: int, p_drop_attn: float, cross: bool,
-        bias: bool = False,
+        bias: bool = False, window: int = 0,
     ) -> None:  # fmt: skip
         super().__init__()
         self.n_heads, self.d_k, self.d_v, self.cross = n_heads, d_k, d_v, cross
+        self.window = 0 if cross else window
         self.p_drop_attn = p_drop_attn
         if cross:
             self.w_q = nn.Linear(d_model, n_heads * d_k, bias=bias)
@@ -124,8 +134,9 @@ class MultiHeadAttention(nn.Module):
 
         Self-attention attends over x (plus cached earlier positions); encoder-decoder
         attention (`cross`) attends over `memory`, or over keys/values already in `cache`.
-        With a cache (the decoder during search) the cache's mask, causal by construction,
-        replaces `causal`, and x holds `rows` hypotheses of the cache's sentences.
+        With a cache (the decoder during search) the cache's entries and mask, causal and
+        within the window by construction, replace `causal`, and x holds `rows` hypotheses
+        of the cache's sentences.
         """
         p = self.p_drop_attn if self.training else 0.0
         if self.cross:
@@ -139,7 +150,9 @@ class MultiHeadAttention(nn.Module):
             out = self.attention(self._grouped(q, k.size(0)), k, v, mask, p)
             return self.w_o(self._ungrouped(out, *x.shape[:2]))
         q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
-        if causal and key_pad_mask is None:
+        if 0 < self.window < x.size(1):  # restricted (sec. 4): O(window * len), not O(len^2)
+            out = windowed_attention(q, k, v, self.window, key_pad_mask, causal, p)
+        elif causal and key_pad_mask is None:
             # The whole target at once (training): the kernel's own causal path, no mask tensor.
             out = self.attention(q, k, v, None, p, causal=True)
         else:

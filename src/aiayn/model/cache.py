@@ -23,6 +23,9 @@ checks cached against recomputed decoding), for 1/group of the memory reads and 
     cache = model.new_cache(src_pad_mask)            # filled by model.decode(..., cache=cache)
     cache.reorder(rows)                              # hypotheses that survive a beam step
     cache.reorder(rows, sentences)                   # ... when finished sentences leave
+
+With restricted self-attention (`window` r, `model/window.py`) a step's queries read only
+the entries of the last r positions before them and their own: O(r) per step, not O(length).
 """
 
 from __future__ import annotations
@@ -38,9 +41,9 @@ GROW = 32  # positions added to a full self-attention store at once
 
 @dataclass
 class LayerCache:
-    """One decoder layer's keys and values. `group`, `length` and `mask` are this step's
-    (set by `KVCache.advance`): rows per sentence, positions stored before this step, and
-    the self-attention mask for this step's queries."""
+    """One decoder layer's keys and values. `group`, `length`, `start` and `mask` are this
+    step's (set by `KVCache.advance`): rows per sentence, positions stored before this step,
+    the first position its queries see, and the self-attention mask for its queries."""
 
     self_k: Tensor | None = None  # (sentences, heads, capacity * group, d_k), entries in front
     self_v: Tensor | None = None  # (sentences, heads, capacity * group, d_v)
@@ -48,15 +51,17 @@ class LayerCache:
     cross_v: Tensor | None = None  # (sentences, heads, src_len, d_v)
     group: int = 1
     length: int = 0
-    mask: Tensor | None = None  # (sentences, 1, group * new, (length + new) * group) or None
+    start: int = 0  # > 0 only with a window
+    mask: Tensor | None = None  # (sentences, 1, group * new, (length + new - start) * group)
 
     def extend(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor | None]:
         """Store this step's self-attention keys and values, (rows, new, heads, d);
-        -> all entries so far, (sentences, heads, (length + new) * group, d), and `mask`."""
+        -> the entries of positions start .. length + new - 1, (sentences, heads, (length +
+        new - start) * group, d), and `mask`."""
         self._append("self_k", k)
         self._append("self_v", v)
-        end = (self.length + k.size(1)) * self.group
-        return self.self_k[:, :, :end], self.self_v[:, :, :end], self.mask
+        start, end = self.start * self.group, (self.length + k.size(1)) * self.group
+        return self.self_k[:, :, start:end], self.self_v[:, :, start:end], self.mask
 
     def store_cross(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store the encoder-decoder keys and values, (sentences, heads, src_len, d), once a
@@ -124,6 +129,7 @@ class KVCache:
     length: int = 0  # target positions already decoded
     slots: Tensor | None = None  # (rows, length): each position's entry in a row's history
     pending: Tensor | None = None  # (rows,) rows to keep, applied by the next `advance`
+    window: int = 0  # restricted self-attention: positions seen before a query's own
 
     def reorder(self, rows: Tensor, sentences: Tensor | None = None) -> None:
         """Keep hypothesis rows `rows` (beam pruning: the surviving hypotheses, each from
@@ -151,22 +157,25 @@ class KVCache:
             slots = own.expand(rows, self.length)
         fresh = own.expand(rows, new)  # each row's new positions are its own entries
         self.slots = fresh if slots is None else torch.cat([slots, fresh], dim=1)  # (rows, total)
-        mask = self._mask(sentences, group, new)
+        start = max(0, self.length - self.window) if self.window else 0
+        mask = self._mask(sentences, group, new, start)
         for layer in self.layers:
-            layer.group, layer.length, layer.mask = group, self.length, mask
+            layer.group, layer.length, layer.start, layer.mask = group, self.length, start, mask
         self.pending, self.length = None, self.length + new
 
-    def _mask(self, sentences: int, group: int, new: int) -> Tensor | None:
-        """(sentences, 1, group * new, (length + new) * group), True = may attend: query
-        (row j, position length + a) sees entry (t, i) iff i is its ancestor's slot at t
-        and t <= length + a (sec. 3.2.3). None when one query per sentence sees all."""
+    def _mask(self, sentences: int, group: int, new: int, start: int) -> Tensor | None:
+        """(sentences, 1, group * new, (length + new - start) * group), True = may attend:
+        query (row j, position p = length + a) sees entry (t, i), t >= start, iff i is its
+        ancestor's slot at t and t <= p (sec. 3.2.3), and t >= p - window with a window.
+        None when one query per sentence sees all."""
         if group == 1 and new == 1:
             return None
-        total = self.length + new
-        slot = torch.arange(group, device=self.slots.device)
-        mine = self.slots[:, None, :, None] == slot  # (rows, 1, total, group)
+        total, device = self.length + new, self.slots.device
+        slot = torch.arange(group, device=device)
+        mine = self.slots[:, None, start:, None] == slot  # (rows, 1, total - start, group)
         if new > 1:
-            t = torch.arange(total, device=slot.device)
-            seen = t <= self.length + torch.arange(new, device=slot.device)[:, None]  # (new, total)
-            mine = mine & seen[None, :, :, None]  # (rows, new, total, group)
-        return mine.reshape(sentences, 1, group * new, total * group)
+            t = torch.arange(start, total, device=device)  # (total - start,)
+            p = self.length + torch.arange(new, device=device)[:, None]  # (new, 1)
+            seen = (t <= p) & (t >= p - self.window) if self.window else t <= p
+            mine = mine & seen[None, :, :, None]  # (rows, new, total - start, group)
+        return mine.reshape(sentences, 1, group * new, (total - start) * group)

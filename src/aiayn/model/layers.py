@@ -109,9 +109,8 @@ class Residual(nn.Module):
 
 def _attention(config: ModelConfig, cross: bool) -> MultiHeadAttention:
     c = config
-    return MultiHeadAttention(
-        c.d_model, c.n_heads, c.key_dim, c.value_dim, c.p_drop_attn, cross, c.attention_bias
-    )
+    return MultiHeadAttention(c.d_model, c.n_heads, c.key_dim, c.value_dim, c.p_drop_attn,
+                              cross, c.attention_bias, c.attention_window)  # fmt: skip
 
 
 def _residual(config: ModelConfig) -> Residual:

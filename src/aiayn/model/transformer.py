@@ -143,7 +143,8 @@ class Transformer(nn.Module):
 
     def new_cache(self, src_pad_mask: Tensor) -> KVCache:
         """An empty incremental-decoding state for a batch with this source padding."""
-        return KVCache([LayerCache() for _ in self.decoder], src_pad_mask)
+        layers = [LayerCache() for _ in self.decoder]
+        return KVCache(layers, src_pad_mask, window=self.config.attention_window)
 
 
 def count_parameters(model: nn.Module) -> int:
