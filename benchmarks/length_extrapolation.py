@@ -55,6 +55,7 @@ from results import add_arguments, emit
 ROOT = Path(__file__).resolve().parents[1]
 POSITIONS = ("sinusoidal", "learned")
 N_VALID = 300
+VOCAB_SIZE = 2000  # the demo's
 DEMO_STEPS, DEMO_WARMUP, DEMO_SAVES = 900, 800, 9  # DEMO_TRAIN's schedule, scaled by --steps
 
 
@@ -74,7 +75,7 @@ def make_data(out: Path, k: int, pool: int, n_train: int, threads: int) -> dict:
     # token filter would keep, and `prepare` then reads a fifth of the candidates.
     short = [p for p in candidates if max(len(p[0].split()), len(p[1].split())) <= k]
     prefixes = write_splits(DemoSplits(short, valid, []), out / "corpus")
-    options = PrepareOptions(vocab_size=2000, max_tokens_per_side=k, workers=threads,
+    options = PrepareOptions(vocab_size=VOCAB_SIZE, max_tokens_per_side=k, workers=threads,
                              overwrite=True, quiet=True)  # fmt: skip
     prepare(train=prefixes["train"], valid=prefixes["valid"], out=out / "data", options=options)
     trained = load_manifest(out / "data")["splits"]["train"]
@@ -96,17 +97,16 @@ def bucket_sets(data: dict, k: int, per_bucket: int) -> list[dict]:
     return sets
 
 
-def train_model(positional: str, out: Path, max_len: int, steps: int) -> tuple[Path, float, Config]:
-    """A demo-size model with these positions, through the demo's training and averaging:
-    its averaged checkpoint, training minutes and config."""
+def run_config(positional: str, out: Path, max_len: int, steps: int) -> Config:
+    """The demo's model and recipe with these positions, `steps` updates (the warm-up and
+    the checkpoints scaled with them) and `max_len` positions, training into out/POSITIONAL."""
     config = demo_config(out / "data", out / positional)
     save_every = max(1, steps // DEMO_SAVES)
-    config = apply_overrides(config, [
+    return apply_overrides(config, [
         f"model.positional={positional}", f"model.max_len={max_len}",
         f"train.max_steps={steps}", f"train.warmup={max(1, steps * DEMO_WARMUP // DEMO_STEPS)}",
         f"train.save_every_steps={save_every}", f"train.valid_every_steps={3 * save_every}",
     ])  # fmt: skip
-    return *train_and_average(config, out / positional), config
 
 
 def evaluate(checkpoint: Path, sets: list[dict], beam: int | None) -> tuple[list[dict], str]:
@@ -148,9 +148,9 @@ def main() -> None:
     # (sec. 6.1: input + 50, which `Translator` would otherwise cut at model.max_len).
     max_len = max(b["longest"] for b in sets) + 1 + DecodeConfig().max_len_offset
     models, minutes = {}, {}
-    for positional in POSITIONS:
-        checkpoint, minutes[positional], config = train_model(
-            positional, args.out, max_len, args.steps)
+    for positional in POSITIONS:  # through the demo's training and checkpoint averaging
+        config = run_config(positional, args.out, max_len, args.steps)
+        checkpoint, minutes[positional] = train_and_average(config, args.out / positional)
         models[positional], signature = evaluate(checkpoint, sets, args.beam)
     m = config.model
     emit(__file__, {
