@@ -5,9 +5,9 @@
 
 The paper chose sinusoids because they "may allow the model to extrapolate to sequence
 lengths longer than the ones encountered during training" (sec. 3.5), and found learned
-positions equal on newstest2013 (Table 3 row E), whose lengths match training's. This
-script trains two demo-size models on pairs of at most K subword tokens per side and
-translates held-out sources of up to 3K tokens, in buckets of source length.
+positions as good on newstest2013 (Table 3 row E), a test set of the same kind as its
+training data. This script trains two demo-size models on pairs of at most K subword tokens
+per side and translates held-out sources of up to 3K tokens, in buckets of source length.
 
 Data: one stream of distinct pairs from the demo corpus generator (`demo_corpus`), cut in
 three: the training candidates, 300 dev pairs (dev loss only, of every length) and the test
@@ -27,7 +27,8 @@ offset, so that nothing is truncated) and the decoding (beam search, sec. 6.1's 
 alpha 0.6 unless `--beam`). Not identical: the positions, fixed sinusoids (no parameters)
 against two learned tables of `model.max_len` x d_model, one per stack (Table 3 row E), of
 which only the first K + 1 rows ever receive a gradient: the rows beyond keep their random
-initial values. Training is step-based, so the BLEU does not depend on the machine's load.
+initial values (Adam moves no row whose gradients are all zero; checked on a checkpoint).
+Training is step-based, so the BLEU does not depend on the machine's load.
 
 Per bucket and model: sacreBLEU (cased, 13a) and the mean hypothesis / reference length
 ratio in words, sentence by sentence.
