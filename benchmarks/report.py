@@ -8,9 +8,12 @@ can be traced to the file, command and commit that measured it:
   summary -->`: per machine, the headline figures of the latest result of each benchmark
   command (the same command run again on the same machine replaces the older one);
 - `README.md` between `<!-- report:begin results -->` and `<!-- report:end results -->`:
-  the Results table, whose Multi30k rows come from `multi30k.py` result files only;
+  the Results table, whose Multi30k rows come from `multi30k.py` result files only; between
+  `<!-- report:begin extrapolation -->` and its end marker, what the latest
+  `length_extrapolation.py` result shows, in words and a table, from its figures alone;
 - `benchmarks/plots/multi30k_bleu.png` (sacreBLEU of each saved checkpoint against its
-  training minutes) and `benchmarks/plots/speed_ratios.png` (aiayn / peer, per machine).
+  training minutes), `benchmarks/plots/speed_ratios.png` (aiayn / peer, per machine) and
+  `benchmarks/plots/length_extrapolation.png` (sacreBLEU per source length, by positions).
 
 `--check` writes nothing and exits 1 if a README differs from what it would write (the
 test of the same name runs it). The plots are not checked: their bytes depend on the
@@ -29,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PLOTS = ROOT / "benchmarks" / "plots"
-READMES = {"summary": ROOT / "benchmarks" / "README.md", "results": ROOT / "README.md"}
+READMES = {"summary": ROOT / "benchmarks" / "README.md", "results": ROOT / "README.md",
+           "extrapolation": ROOT / "README.md"}  # marker name -> the file that holds it
 OWN_OPTIONS = ("--note", "--results-dir", "--out")  # where and why: not part of a variant
 
 # The paper's rows of the Results table: what we have not run, with the paper's BLEU.
@@ -146,8 +150,20 @@ def _attention_window(result: dict) -> list[tuple[str, str]]:
     return rows  # fmt: skip
 
 
+def _tokens(bucket: dict) -> str:
+    low, high = bucket["tokens"]
+    return f"{low}–{high}"
+
+
+def _length_extrapolation(result: dict) -> list[tuple[str, str]]:
+    return [(f"sources of {_tokens(b)} tokens: sacreBLEU sinusoids, learned",
+             f"{b['sinusoidal']['bleu']:.2f}, {b['learned']['bleu']:.2f}")
+            for b in result["buckets"]]  # fmt: skip
+
+
 SUMMARIES = {"train_speed": _train_speed, "multi30k": _multi30k, "demo": _demo,
-             "prepare_scale": _prepare_scale, "attention_window": _attention_window}
+             "prepare_scale": _prepare_scale, "length_extrapolation": _length_extrapolation,
+             "attention_window": _attention_window}
 
 
 def figures(record: dict) -> list[tuple[str, str]]:
@@ -209,6 +225,58 @@ def results_table(records: list[dict]) -> str:
     return "\n".join(rows + PAPER_ROWS) + "\n"
 
 
+def extrapolation_text(records: list[dict]) -> str:
+    """README's account of the latest `length_extrapolation.py` result: every figure in it
+    read from the file, the comparison's words chosen by those figures."""
+    runs = [r for r in records if r["meta"]["script"] == "length_extrapolation"]
+    if not runs:
+        return "No `length_extrapolation.py` result file yet.\n"
+    record = runs[-1]
+    r = record["result"]
+    first, last = r["buckets"][0], r["buckets"][-1]
+    kept = {p: _kept(first[p]["bleu"], last[p]["bleu"]) for p in ("sinusoidal", "learned")}
+    text = (
+        f"Trained on {r['train_pairs']:,} pairs of at most {r['max_train_tokens']} subword "
+        f"tokens a side ({r['steps']} updates, {r['model']['n_layers']}+"
+        f"{r['model']['n_layers']} layers, d_model {r['model']['d_model']}), the model with "
+        f"sinusoids scores {first['sinusoidal']['bleu']:.2f} sacreBLEU on held-out sources of "
+        f"{_tokens(first)} tokens and {last['sinusoidal']['bleu']:.2f} on sources of "
+        f"{_tokens(last)} tokens, {kept['sinusoidal']}; the same model with learned "
+        f"positions (Table 3 row E) scores {first['learned']['bleu']:.2f} and "
+        f"{last['learned']['bleu']:.2f}, {kept['learned']}. "
+        f"{_verdict(last['sinusoidal']['bleu'], last['learned']['bleu'], _tokens(last))} "
+        f"There the translations are {last['sinusoidal']['length_ratio']:.0%} (sinusoids) and "
+        f"{last['learned']['length_ratio']:.0%} (learned) as long as the references, in "
+        f"words, against {first['sinusoidal']['length_ratio']:.0%} and "
+        f"{first['learned']['length_ratio']:.0%} within the training lengths. "
+        f"Beam {r['beam']}; the length ratio is hypothesis / reference words, the mean over "
+        f"a bucket's sentences ({machine(record)}, {_link(record, 'benchmarks/results/')}; "
+        f"plot: [benchmarks/plots/length_extrapolation.png]"
+        f"(benchmarks/plots/length_extrapolation.png))."
+    )
+    rows = ["| source tokens | sentences | sacreBLEU, sinusoids | sacreBLEU, learned | "
+            "length ratio, sinusoids | length ratio, learned |", "|---" * 6 + "|"]
+    rows += [f"| {_tokens(b)} | {b['sentences']} | {b['sinusoidal']['bleu']:.2f} | "
+             f"{b['learned']['bleu']:.2f} | {b['sinusoidal']['length_ratio']:.2f} | "
+             f"{b['learned']['length_ratio']:.2f} |" for b in r["buckets"]]  # fmt: skip
+    return "\n".join([text, "", *rows]) + "\n"
+
+
+def _kept(within: float, beyond: float) -> str:
+    """'64% of it': the share of the in-range BLEU kept beyond it."""
+    return f"{beyond / within:.0%} of it" if within > 0 else "no in-range BLEU to compare"
+
+
+def _verdict(sinusoidal: float, learned: float, tokens: str) -> str:
+    """Which positions extrapolated better on the longest bucket, or that they tie."""
+    if abs(sinusoidal - learned) < 1.0:
+        return f"On sources of {tokens} tokens the two are within 1 BLEU of each other."
+    better, worse = ("sinusoids", "learned positions") if sinusoidal > learned \
+        else ("learned positions", "sinusoids")  # fmt: skip
+    return (f"On sources of {tokens} tokens {better} are {abs(sinusoidal - learned):.2f} BLEU "
+            f"ahead of {worse}.")
+
+
 def replace_between(text: str, name: str, body: str, where: str = "README") -> str:
     """`text` with what lies between the `name` markers replaced by `body`."""
     begin, end = f"<!-- report:begin {name} -->\n", f"<!-- report:end {name} -->"
@@ -219,12 +287,14 @@ def replace_between(text: str, name: str, body: str, where: str = "README") -> s
 
 
 def readmes(records: list[dict], readme_paths: dict[str, Path] = READMES) -> dict[Path, str]:
-    """path -> the README's text with its generated part rebuilt."""
-    bodies = {"summary": summary_tables(records), "results": results_table(records)}
-    return {
-        path: replace_between(path.read_text(encoding="utf-8"), name, bodies[name], str(path))
-        for name, path in readme_paths.items()
-    }
+    """path -> the README's text with its generated parts rebuilt."""
+    makers = {"summary": summary_tables, "results": results_table,
+              "extrapolation": extrapolation_text}  # fmt: skip
+    texts: dict[Path, str] = {}
+    for name, path in readme_paths.items():
+        text = texts.get(path) or path.read_text(encoding="utf-8")
+        texts[path] = replace_between(text, name, makers[name](records), str(path))
+    return texts
 
 
 def _figure():
@@ -274,6 +344,31 @@ def plot_ratios(records: list[dict], path: Path) -> None:
     _save(fig, path)
 
 
+def plot_extrapolation(records: list[dict], path: Path) -> None:
+    """sacreBLEU per source-length bucket of the latest `length_extrapolation.py` result,
+    a line for sinusoids and one for learned positions."""
+    plt = _figure()
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    runs = [r for r in records if r["meta"]["script"] == "length_extrapolation"]
+    if runs:
+        result = runs[-1]["result"]
+        labels = [_tokens(b) for b in result["buckets"]]
+        for positions, name in (("sinusoidal", "sinusoids (sec. 3.5)"),
+                                ("learned", "learned (Table 3 row E)")):  # fmt: skip
+            ax.plot(labels, [b[positions]["bleu"] for b in result["buckets"]], marker="o",
+                    label=name)  # fmt: skip
+        ax.axvspan(-0.5, 0.5, color="grey", alpha=0.15, label="lengths seen in training")
+        ax.legend(fontsize=8)
+        ax.set_title(f"Trained on at most {result['max_train_tokens']} tokens a side, "
+                     f"{machine(runs[-1]).split(' (')[0]}", fontsize=10)  # fmt: skip
+    else:
+        ax.text(0.5, 0.5, "no length_extrapolation.py result file yet", ha="center",
+                transform=ax.transAxes)  # fmt: skip
+    ax.set(xlabel="source length, subword tokens", ylabel="sacreBLEU")
+    ax.grid(alpha=0.3)
+    _save(fig, path)
+
+
 def _save(fig, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -305,6 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(texts[path], encoding="utf-8")
     plot_bleu(records, PLOTS / "multi30k_bleu.png")
     plot_ratios(records, PLOTS / "speed_ratios.png")
+    plot_extrapolation(records, PLOTS / "length_extrapolation.png")
     return 0
 
 

@@ -33,6 +33,17 @@ MULTI30K = {"final_avg_last5": {"bleu": 37.04}, "steps": 2299, "total_minutes": 
             "curve": [{"minutes": 10.0, "bleu": 30.0}, {"minutes": 20.0, "bleu": 35.0}]}
 
 
+def _bucket(low: int, high: int, sinusoidal: float, learned: float) -> dict:
+    return {"tokens": [low, high], "sentences": 200, "longest": high,
+            "sinusoidal": {"bleu": sinusoidal, "length_ratio": 1.0},
+            "learned": {"bleu": learned, "length_ratio": 0.9}}  # fmt: skip
+
+
+EXTRAPOLATION = {"max_train_tokens": 8, "train_pairs": 35823, "steps": 900, "beam": 4,
+                 "model": {"n_layers": 3, "d_model": 128},
+                 "buckets": [_bucket(1, 8, 96.5, 97.25), _bucket(17, 24, 61.5, 12.75)]}
+
+
 def _write(directory: Path, records: list[dict]) -> None:
     directory.mkdir()
     for k, record in enumerate(records):
@@ -54,8 +65,9 @@ def test_report_is_deterministic(tmp_path):
     records = report.load()
     assert report.readmes(records) == report.readmes(copy.deepcopy(records))
     sample = [_record("train_speed", "2026-01-01T00:00:00Z", _speed(1.5)),
-              _record("multi30k", "2026-01-01T00:00:00Z", MULTI30K)]  # fmt: skip
-    for draw in (report.plot_bleu, report.plot_ratios):
+              _record("multi30k", "2026-01-01T00:00:00Z", MULTI30K),
+              _record("length_extrapolation", "2026-01-01T00:00:00Z", EXTRAPOLATION)]  # fmt: skip
+    for draw in (report.plot_bleu, report.plot_ratios, report.plot_extrapolation):
         draw(sample, tmp_path / "a.png")
         draw(sample, tmp_path / "b.png")
         assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
@@ -106,6 +118,30 @@ def test_bleu_rows_only_from_result_files():
     row = report.results_table([record])
     assert "| Multi30k En→De |" in row and "**37.04**" in row and "2,299 updates" in row
     assert "(benchmarks/results/m.json)" in row
+
+
+def test_extrapolation_paragraph_is_the_latest_result_s_figures():
+    assert report.extrapolation_text([]).startswith("No `length_extrapolation.py` result")
+    older = _record("length_extrapolation", "2026-01-01T00:00:00Z",
+                    {**EXTRAPOLATION, "buckets": [_bucket(1, 8, 11.0, 11.0)]})
+    newer = _record("length_extrapolation", "2026-01-02T00:00:00Z", EXTRAPOLATION)
+    text = report.extrapolation_text([{**older, "file": "o.json"}, {**newer, "file": "n.json"}])
+    assert "11.00" not in text and "(benchmarks/results/n.json)" in text
+    assert "sinusoids scores 96.50 sacreBLEU on held-out sources of 1–8 tokens and 61.50" in text
+    assert "on sources of 17–24 tokens, 64% of it; " in text  # 61.5 / 96.5
+    assert "12.75, 13% of it. " in text  # 12.75 / 97.25
+    assert "sinusoids are 48.75 BLEU ahead of learned positions" in text
+    assert "There the translations are 100% (sinusoids) and 90% (learned) as long" in text
+    assert "| 17–24 | 200 | 61.50 | 12.75 | 1.00 | 0.90 |" in text
+
+
+def test_two_generated_parts_of_one_readme_are_both_rebuilt(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- report:begin results -->\n<!-- report:end results -->\n"
+                      "<!-- report:begin extrapolation -->\nold\n"
+                      "<!-- report:end extrapolation -->\n")
+    text = report.readmes([], {"results": readme, "extrapolation": readme})[readme]
+    assert "| task |" in text and "No `length_extrapolation.py` result" in text
 
 
 def test_readme_without_markers_is_a_clear_error(tmp_path):

@@ -221,8 +221,11 @@ def test_bfloat16_decodes(ckpt):
 def test_inputs_beyond_learned_positions_are_truncated_with_a_warning(tmp_path):
     ckpt = save_tiny_checkpoint(tmp_path / "learned", positional="learned", max_len=12)
     translator = Translator.from_checkpoint(ckpt, max_len_offset=50)
-    with pytest.warns(UserWarning, match="truncated"):
-        (out,) = translator.translate([" ".join(["the cat sat on a mat"] * 6)])
+    text = " ".join(["the cat sat on a mat"] * 6)
+    n = len(translator.src_vocab.encode(text)) + 1  # + eos
+    message = rf"12 learned positions \(model.max_len=12; the longest has {n} tokens"
+    with pytest.warns(UserWarning, match=message):
+        (out,) = translator.translate([text])
     assert isinstance(out, str)
 
 

@@ -179,10 +179,11 @@ class Translator:
         config = self.model.config
         long = sum(len(x) > config.max_len for x in ids)
         if long:
-            kind = "learned positions" if config.positional == "learned" else "model.max_len"
+            kind = "learned positions" if config.positional == "learned" else "positions"
             warnings.warn(
                 f"{long} input(s) longer than the model's {config.max_len} {kind} "
-                f"were truncated to {config.max_len} tokens",
+                f"(model.max_len={config.max_len}; the longest has {max(map(len, ids))} tokens, "
+                f"eos included) were truncated to {config.max_len} tokens",
                 stacklevel=3,
             )
         return [x if len(x) <= config.max_len else x[: config.max_len - 1] + x[-1:] for x in ids]
