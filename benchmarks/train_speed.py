@@ -31,6 +31,9 @@ Not identical:
   positions, a chunk at a time (`train/loss.py`); the peers project every position and
   skip padding in the loss. That is part of what is measured.
 
+`aiayn_bf16` is aiayn under bfloat16 autocast (`train.precision: bf16`: float32 master weights
+and Adam state) whatever `--dtype` says, so that its ratio to float32 `aiayn` comes from one run.
+
 Each system trains alone in a fresh process (as it would in use), after one untimed pass
 over the batches, for `--steps` timed steps; the systems take `--turns` turns, so the
 machine's noise hits all of them alike. Why not all in one process: see `isolated`.
@@ -189,6 +192,7 @@ def steppers(
     builders = {
         "aiayn": lambda: aiayn_objective(config, compiled=compiled),
         "aiayn_reference": lambda: aiayn_objective(config, reference=True),
+        "aiayn_bf16": lambda: aiayn_objective(config, compiled=compiled),
         "aiayn_attention_bias": lambda: aiayn_objective(
             dataclasses.replace(config, attention_bias=True), compiled=compiled
         ),
@@ -198,6 +202,7 @@ def steppers(
     forwards = {
         "aiayn": aiayn_loss,
         "aiayn_reference": lambda m, b: m(b.src, b.tgt_in, b.positions, b.target)[0],
+        "aiayn_bf16": aiayn_loss,
         "aiayn_attention_bias": aiayn_loss,
         "torch_nn_transformer": lambda m, b: peer_loss(m(b.src, b.tgt_in), b),
         "hf_marian": lambda m, b: peer_loss(m(
@@ -264,7 +269,15 @@ if hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         return 2 * math.prod(x_shape[:-1]) * x_shape[-1] * w_shape[0]
 
 
-SYSTEMS = ("aiayn", "aiayn_reference", "aiayn_attention_bias", "torch_nn_transformer", "hf_marian")
+SYSTEMS = ("aiayn", "aiayn_reference", "aiayn_attention_bias", "aiayn_bf16", "torch_nn_transformer",
+           "hf_marian")  # fmt: skip
+
+
+def system_dtype(name: str, dtype: torch.dtype) -> torch.dtype:
+    """The autocast dtype a system trains in: `--dtype`, but bfloat16 for `aiayn_bf16` (aiayn's
+    `train.precision: bf16`, float32 master weights and Adam state), so that the bfloat16 and
+    float32 rates come from one run."""
+    return torch.bfloat16 if name == "aiayn_bf16" else dtype
 
 
 def prepared_batches(args) -> list:
@@ -294,14 +307,14 @@ def measure(systems: dict, batches: list, args, dtype: torch.dtype) -> tuple[dic
                     train_step(model, optimizer, eager_aiayn_loss, b, dtype)
                 flops, flop_tokens = counter.get_total_flops(), b.n_tgt_tokens
             else:
-                train_step(model, optimizer, forward, b, dtype)
+                train_step(model, optimizer, forward, b, system_dtype(name, dtype))
     rates: dict[str, list[float]] = {name: [] for name in systems}
     for i in range(args.steps):
         b = batches[i % len(batches)]
         for name, (model, optimizer, forward) in systems.items():
             sync(args.device)
             start = time.perf_counter()
-            train_step(model, optimizer, forward, b, dtype)
+            train_step(model, optimizer, forward, b, system_dtype(name, dtype))
             sync(args.device)
             rates[name].append(b.n_tgt_tokens / (time.perf_counter() - start))
     return rates, flops, flop_tokens
@@ -355,7 +368,8 @@ def ratios(median: dict[str, float]) -> dict[str, float]:
     biases over each peer (both have them)."""
     pairs = [("aiayn", "hf_marian"), ("aiayn", "torch_nn_transformer"),
              ("aiayn_attention_bias", "hf_marian"),
-             ("aiayn_attention_bias", "torch_nn_transformer"), ("aiayn_reference", "aiayn")]  # fmt: skip
+             ("aiayn_attention_bias", "torch_nn_transformer"), ("aiayn_reference", "aiayn"),
+             ("aiayn_bf16", "aiayn")]  # fmt: skip
     short = {"torch_nn_transformer": "torch"}
     return {
         f"ratio_{a}_over_{short.get(b, b)}": round(median[a] / median[b], 3)
