@@ -11,7 +11,7 @@ can be traced to the file, command and commit that measured it:
   the Results table, whose Multi30k rows come from `multi30k.py` result files only; between
   `<!-- report:begin extrapolation -->` and its end marker, what the latest
   `length_extrapolation.py` result shows, in words and a table, from its figures alone;
-- `benchmarks/plots/multi30k_bleu.png` (sacreBLEU of each saved checkpoint against its
+- `benchmarks/plots/multi30k_bleu.png` (dev sacreBLEU of each saved checkpoint against its
   training minutes), `benchmarks/plots/speed_ratios.png` (aiayn / peer, per machine) and
   `benchmarks/plots/length_extrapolation.png` (sacreBLEU per source length, by positions).
 
@@ -110,11 +110,21 @@ def _train_speed(result: dict) -> list[tuple[str, str]]:
     return rows
 
 
+def _chosen(result: dict) -> str:
+    """multi30k.py's model and length penalty, as chosen on the dev set."""
+    k, alpha = result["chosen"]["average_last"], result["chosen"]["alpha"]
+    model = "last checkpoint" if k == 1 else f"last {k} averaged"
+    return f"{model}, alpha {alpha:g} (chosen on {result['dev_set']})"
+
+
 def _multi30k(result: dict) -> list[tuple[str, str]]:
-    final = result["final_avg_last5"]
-    return [("sacreBLEU, last 5 averaged", f"{final['bleu']:.2f}"),
+    test = result["test"]
+    rows = [(f"sacreBLEU on {result['test_set']}, {_chosen(result)}", f"{test['bleu']:.2f}"),
+            ("its brevity penalty", f"{test['bp']:.3f}"),
             ("training updates", str(result["steps"])),
             ("minutes end to end", f"{result['total_minutes']:g}")]  # fmt: skip
+    return rows + [(f"dev sacreBLEU (BP), last {t['average_last']} averaged, alpha {t['alpha']:g}",
+                    f"{t['bleu']:.2f} ({t['bp']:.3f})") for t in result["dev_tried"]]  # fmt: skip
 
 
 def _demo(result: dict) -> list[tuple[str, str]]:
@@ -217,8 +227,8 @@ def results_table(records: list[dict]) -> str:
     for record in latest([r for r in records if r["meta"]["script"] == "multi30k"]):
         result = record["result"]
         rows.append(
-            f"| Multi30k En→De | `configs/multi30k.yaml`, {result['steps']:,} updates, last 5 "
-            f"averaged | test_2016_flickr | **{result['final_avg_last5']['bleu']:.2f}** | "
+            f"| Multi30k En→De | `configs/multi30k.yaml`, {result['steps']:,} updates, "
+            f"{_chosen(result)} | {result['test_set']} | **{result['test']['bleu']:.2f}** | "
             f"{machine(record)}, {result['total_minutes']:g} min end to end "
             f"({_link(record, 'benchmarks/results/')}) | — |"
         )
@@ -308,7 +318,8 @@ def _figure():
 
 
 def plot_bleu(records: list[dict], path: Path) -> None:
-    """sacreBLEU of each saved checkpoint against training minutes, a line per run."""
+    """Dev sacreBLEU of each saved checkpoint against training minutes, a line per run (the
+    test set is scored once per run, not per checkpoint)."""
     plt = _figure()
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
     runs = [r for r in records if r["meta"]["script"] == "multi30k"]
@@ -321,7 +332,7 @@ def plot_bleu(records: list[dict], path: Path) -> None:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no multi30k.py result file yet", ha="center", transform=ax.transAxes)
-    ax.set(xlabel="training minutes", ylabel="sacreBLEU, test_2016_flickr",
+    ax.set(xlabel="training minutes", ylabel="sacreBLEU, val (dev set)",
            title="Multi30k En→De, configs/multi30k.yaml")  # fmt: skip
     ax.grid(alpha=0.3)
     _save(fig, path)

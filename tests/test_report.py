@@ -29,7 +29,9 @@ def _speed(ratio: float) -> dict:
                                   "ratio_aiayn_over_hf_marian": ratio}}}  # fmt: skip
 
 
-MULTI30K = {"final_avg_last5": {"bleu": 37.04}, "steps": 2299, "total_minutes": 55.8,
+MULTI30K = {"test": {"bleu": 37.04, "bp": 0.95}, "test_set": "test_2016_flickr", "steps": 2299,
+            "total_minutes": 55.8, "dev_set": "val", "chosen": {"average_last": 3, "alpha": 1.0},
+            "dev_tried": [{"average_last": 3, "alpha": 1.0, "bleu": 38.5, "bp": 0.96}],
             "curve": [{"minutes": 10.0, "bleu": 30.0}, {"minutes": 20.0, "bleu": 35.0}]}
 
 
@@ -117,6 +119,9 @@ def test_bleu_rows_only_from_result_files():
     record = {**_record("multi30k", "2026-01-01T00:00:00Z", MULTI30K), "file": "m.json"}
     row = report.results_table([record])
     assert "| Multi30k En→De |" in row and "**37.04**" in row and "2,299 updates" in row
+    assert "last 3 averaged, alpha 1 (chosen on val)" in row
+    rows = dict(report.figures(record))
+    assert rows["dev sacreBLEU (BP), last 3 averaged, alpha 1"] == "38.50 (0.960)"
     assert "(benchmarks/results/m.json)" in row
 
 

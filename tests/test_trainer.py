@@ -138,6 +138,26 @@ def test_bf16_autocast_trains_on_cpu_and_fp16_needs_a_gpu(data, tmp_path):
         train(tiny_config(data, tmp_path / "fp16", "train.precision=fp16"))
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_is_bf16_where_the_cpu_multiplies_it(data, tmp_path, monkeypatch, native):
+    """precision: auto trains in bfloat16 on a CPU that PyTorch reports as multiplying it
+    natively (AVX-512 BF16 or AMX), in float32 elsewhere, and the log says which."""
+    for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, check, lambda: native, raising=False)
+    config = tiny_config(data, tmp_path / "auto", "train.precision=auto", "train.max_steps=3")
+    assert _linear_output_dtypes(config) == {torch.bfloat16 if native else torch.float32}
+    log = (tmp_path / "auto" / "train_log.jsonl").read_text().splitlines()
+    start = next(json.loads(line) for line in log if '"start"' in line)
+    assert start["precision"] == ("bf16" if native else "fp32")
+
+
+def test_resolve_precision_keeps_explicit_choices():
+    from aiayn.device import resolve_precision
+
+    for precision in ("fp32", "bf16", "fp16"):
+        assert resolve_precision(precision, torch.device("cpu")) == precision
+
+
 def _nan_after(calls: list[int], first_bad: int, last_bad: float = math.inf):
     """The trainer's loss forward, but NaN for its training calls first_bad..last_bad
     (0-based); the dev loss's calls (eval mode) are not counted."""

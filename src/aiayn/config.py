@@ -123,7 +123,9 @@ class TrainConfig:
     max_epochs: int = 0  # passes over the training data; 0 = no limit
     max_time_minutes: float = 0.0  # wall-clock limit of one `train` call; 0 = no limit
     accum_steps: int = 0  # micro-batches per update per process; 0 = as many as reach update_tokens
-    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # the paper: fp32; fp16 needs a GPU
+    # the paper: fp32; fp16 needs a GPU; auto: bf16 where the device multiplies it natively
+    # (a CPU with AVX-512 BF16 or AMX, a GPU with bfloat16 units), else fp32
+    precision: Literal["fp32", "bf16", "fp16", "auto"] = "fp32"
     # The fast path (`aiayn.fast`): speed-ups swapped in for core pieces, each tested equal
     # to it. false (`--reference`): the core alone, the code as the paper writes it.
     fast: bool = True

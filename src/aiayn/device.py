@@ -22,3 +22,23 @@ def parse_device(name: str | torch.device, key: str) -> torch.device:
     elif device.type != "cpu":
         raise ConfigError(f"{key}={name!r}: aiayn runs on cpu or cuda devices")
     return device
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bfloat16 natively, as PyTorch reports it: a CUDA GPU with
+    bfloat16 units (not emulated), or a CPU with AVX-512 BF16 or AMX."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    # Private in torch 2.13; a version without them counts as no.
+    return any(
+        getattr(torch.cpu, check, lambda: False)()
+        for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    )
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """`train.precision` as training runs it: "auto" is "bf16" where `device` multiplies
+    bfloat16 natively (`native_bf16`) and "fp32" elsewhere; the others as they are."""
+    if precision != "auto":
+        return precision
+    return "bf16" if native_bf16(device) else "fp32"

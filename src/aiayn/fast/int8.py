@@ -22,6 +22,7 @@ import warnings
 import torch
 from torch import nn
 
+from aiayn.device import native_bf16
 from aiayn.errors import ConfigError
 from aiayn.model.transformer import Projection, Transformer
 
@@ -120,13 +121,6 @@ def int8_engine() -> str:
     return torch.backends.quantized.engine
 
 
-def bf16_products() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX), as PyTorch
-    reports it."""
-    # Private in torch 2.13, as int8_engine's checks; a version without it counts as no.
-    return getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
-
-
 def cross_store_dtype() -> torch.dtype | None:
     """The dtype in which the int8 model's search keeps the encoder-decoder keys and values:
     bfloat16 where the CPU multiplies it natively, else None (float32).
@@ -137,7 +131,7 @@ def cross_store_dtype() -> torch.dtype | None:
     rounded to 8 bits anyway. The self-attention stores stay float32: their written part is
     a strided slice, which PyTorch copies before a bfloat16 product.
     """
-    return torch.bfloat16 if bf16_products() else None
+    return torch.bfloat16 if native_bf16(torch.device("cpu")) else None
 
 
 def check_int8(device: str | torch.device, dtype: torch.dtype | None) -> None:

@@ -27,6 +27,7 @@ from torch import nn
 from aiayn import fast
 from aiayn.config import Config, apply_overrides
 from aiayn.data.run_data import RunData, load_run_data
+from aiayn.device import resolve_precision
 from aiayn.errors import ConfigError, TrainingError
 from aiayn.fast.attention import kernel_preference
 from aiayn.model.transformer import Transformer
@@ -118,7 +119,8 @@ class Trainer:
             raise ConfigError(f"train.out_dir={t.out_dir} is a file; it must be a directory")
         self.data: RunData = load_run_data(config, env.rank, env.world_size)
         self.config = config = self.data.config  # vocabulary sizes taken from the data
-        if t.precision == "fp16" and env.device.type != "cuda":
+        self.precision = resolve_precision(t.precision, env.device)  # "auto" decided here
+        if self.precision == "fp16" and env.device.type != "cuda":
             raise ConfigError("train.precision=fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
         seed_everything(t.seed)
         self.model = Transformer(config.model).to(env.device)
@@ -131,7 +133,7 @@ class Trainer:
             seed_everything(t.seed + env.rank)
         self.params = list(self.model.parameters())
         self.optimizer = make_optimizer(self.params, t)
-        self.scaler = torch.amp.GradScaler(env.device.type, enabled=t.precision == "fp16")
+        self.scaler = torch.amp.GradScaler(env.device.type, enabled=self.precision == "fp16")
         derived = derive_accum_steps(self.data.sampler, t.update_tokens, env)
         loop = LoopState(accum_steps=t.accum_steps or derived)
         self.training_state = TrainingState(
@@ -189,7 +191,7 @@ class Trainer:
                         "are one line of history"
                     )
         self.monitor.record(
-            "start", self.state.step, resumed_from=str(self.resumed_from),
+            "start", self.state.step, resumed_from=str(self.resumed_from), precision=self.precision,
             world_size=env.world_size, accum_steps=self.state.accum_steps,
         )  # fmt: skip
         self.model.train()
@@ -356,10 +358,10 @@ class Trainer:
         """Where the loss's forward runs: autocast for `train.precision`, and on the fast
         path the GPU attention kernel of `train.attention_kernel`."""
         t, device = self.config.train, self.env.device
-        if t.precision == "fp32":
+        if self.precision == "fp32":
             autocast = nullcontext()
         else:
-            dtype = torch.bfloat16 if t.precision == "bf16" else torch.float16
+            dtype = torch.bfloat16 if self.precision == "bf16" else torch.float16
             autocast = torch.autocast(device.type, dtype=dtype)
         kernel = kernel_preference(t.attention_kernel, device) if t.fast else nullcontext()
         with autocast, kernel:
