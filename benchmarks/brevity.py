@@ -53,8 +53,9 @@ def eos_profile(checkpoint: str, src: list[str], ref: list[str], max_tokens: int
         memory_pad = model.pad_mask(batch.src)  # (batch, src_len)
         memory = model.encode(batch.src, memory_pad)
         hidden = model.decode(batch.tgt_in, memory, memory_pad)  # (batch, tgt_len, d_model)
-        p_eos = model.project(hidden).float().softmax(-1)[..., eos]  # (batch, tgt_len)
-        top = model.project(hidden).argmax(-1).eq(eos)  # (batch, tgt_len)
+        logits = model.project(hidden).float()  # (batch, tgt_len, vocab)
+        p_eos = logits.softmax(-1)[..., eos]  # (batch, tgt_len)
+        top = logits.argmax(-1).eq(eos)  # (batch, tgt_len)
         for row, i in enumerate(batch_ids):
             n = len(pairs[i][1])  # the reference's eos is at position n
             at_end.append(float(p_eos[row, n]))
