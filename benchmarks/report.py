@@ -171,9 +171,15 @@ def _length_extrapolation(result: dict) -> list[tuple[str, str]]:
             for b in result["buckets"]]  # fmt: skip
 
 
+def _precision_curves(result: dict) -> list[tuple[str, str]]:
+    fp32, bf16 = result["curves"]["fp32"]["dev"], result["curves"]["bf16"]["dev"]
+    return [(f"dev NLL after {a['step']} updates, fp32 / bf16", f"{a['dev_nll']:.4f} / {b['dev_nll']:.4f}")
+            for a, b in zip(fp32, bf16) if a["step"] in (fp32[len(fp32) // 2]["step"], fp32[-1]["step"])]  # fmt: skip
+
+
 SUMMARIES = {"train_speed": _train_speed, "multi30k": _multi30k, "demo": _demo,
              "prepare_scale": _prepare_scale, "length_extrapolation": _length_extrapolation,
-             "attention_window": _attention_window}
+             "attention_window": _attention_window, "precision_curves": _precision_curves}
 
 
 def figures(record: dict) -> list[tuple[str, str]]:

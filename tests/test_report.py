@@ -166,3 +166,11 @@ def test_a_file_that_is_not_a_result_is_named(tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(report.ReportError, match="bad.json"):
         report.load(tmp_path)
+
+
+def test_precision_curves_rows_are_the_middle_and_last_validations():
+    dev = lambda *nll: [{"step": 25 * (i + 1), "dev_nll": x} for i, x in enumerate(nll)]  # noqa: E731
+    result = {"curves": {"fp32": {"dev": dev(7.0, 6.0, 5.2146)}, "bf16": {"dev": dev(7.1, 6.1, 5.2171)}}}
+    record = _record("precision_curves", "2026-01-01T00:00:00Z", result)
+    assert report.figures(record) == [("dev NLL after 50 updates, fp32 / bf16", "6.0000 / 6.1000"),
+                                      ("dev NLL after 75 updates, fp32 / bf16", "5.2146 / 5.2171")]
