@@ -84,6 +84,7 @@ def main() -> None:
     args = parser.parse_args()
 
     timings = {}
+    load = {"start": list(os.getloadavg())}  # other jobs on the machine slow training down
     start = time.monotonic()
     shutil.rmtree(args.out, ignore_errors=True)
     data_dir = args.out / "data"
@@ -98,6 +99,7 @@ def main() -> None:
     t0, started = time.monotonic(), time.time()
     result = train(config)
     timings["train_s"] = round(time.monotonic() - t0, 1)
+    load["end_of_training"] = list(os.getloadavg())  # 1, 5 and 15-minute averages
 
     saved = step_checkpoints(checkpoints_dir(result.out_dir))  # [(step, path)], oldest first
     t1 = time.monotonic()
@@ -121,6 +123,7 @@ def main() -> None:
         "dev_set": "val", "dev_tried": tried,
         "chosen": {"average_last": best["average_last"], "alpha": best["alpha"]},
         "test": test, "curve": curve, "timings": timings, "total_minutes": total_minutes,
+        "load_average": load,
         "machine": {"cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
                     "platform": platform.platform(), "torch": torch.__version__},
     }, args)  # fmt: skip
