@@ -11,6 +11,7 @@ import torch
 
 from aiayn.cli import main
 from aiayn.config import load_config
+from aiayn.data.vocab import Vocab
 from aiayn.parsing.demo_treebank import demo_treebank
 from aiayn.parsing.linearize import linearize
 from aiayn.parsing.trees import read_trees, write_trees
@@ -47,6 +48,23 @@ def test_prepare_parse_writes_the_prepared_directory_and_the_split_texts(tmp_pat
     targets = (texts / "train.tree").read_text().splitlines()
     assert targets == [linearize(t) for t in bank.train]
     assert [str(t) for t in read_trees(texts / "valid.gold")] == [str(t) for t in bank.valid]
+
+
+def test_prepared_vocabulary_keeps_tree_tokens_whole(tmp_path, bank):
+    # sentencepiece's default splits "(NP" into "(" + "NP" (letters and brackets are other
+    # scripts): the targets were 1.6 times as long as the trees, each closing label spelled
+    # out. The frequent bracket tokens are one piece each (rare ones may stay two in a
+    # vocabulary this small).
+    files = write_bank(bank, tmp_path / "bank")
+    out = tmp_path / "data"
+    assert main(["prepare", "parse", "--train", str(files["train"]), "--valid", str(files["valid"]),
+                 "--out", str(out), "--vocab-size", "400", "--quiet"]) == 0  # fmt: skip
+    vocab = Vocab.load(out / "vocab.model")
+    for token in ("(S", ")S", "(NP", ")NP", "(VP", ")VP", "(PP", ")PP", "(SBAR", ")SBAR"):
+        assert [vocab.piece(i) for i in vocab.encode(token)] == ["\u2581" + token]
+    targets = [linearize(tree) for tree in bank.valid]
+    pieces = sum(len(ids) for ids in vocab.encode_batch(targets))
+    assert pieces < 1.1 * sum(len(target.split()) for target in targets)
 
 
 def test_prepare_parse_refuses_missing_or_foreign_options(tmp_path, capsys):

@@ -183,6 +183,7 @@ def _train_vocabs(
                 sample_sentences=o.vocab_sample_sentences,
                 seed=o.seed,
                 threads=threads,
+                split_by_script=o.split_by_script,
             )
     src_vocab = trained["joint"] if o.joint_vocab else trained[src]
     tgt_vocab = trained["joint"] if o.joint_vocab else trained[tgt]

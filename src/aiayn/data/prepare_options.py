@@ -29,6 +29,7 @@ class PrepareOptions:
     workers: int | None = None  # encoding processes (None: every core)
     vocab_sample_sentences: int = 2_000_000  # sentences sentencepiece learns from
     seed: int = 1  # of that sample
+    split_by_script: bool = True  # no piece mixes letters and brackets (parsing: false)
     overwrite: bool = False  # replace an output directory `prepare` made before
     quiet: bool = False  # no progress bars, no report
 

@@ -93,20 +93,23 @@ class Vocab:
         seed: int = 1,
         threads: int = 2,
         character_coverage: float = 0.9995,
+        split_by_script: bool = True,
     ) -> Vocab:
         """Train a BPE model on `sentences` (streamed to a temporary file, then sampled).
 
         `sample_sentences` bounds memory on large corpora; `seed` makes the sample (and so the
-        model) reproducible. Raises DataError when the text is too small for `vocab_size`.
+        model) reproducible. `split_by_script` is sentencepiece's rule that no piece mixes
+        letters with other characters; false lets one piece be "(NP", a linearized tree's
+        bracket (`aiayn.parsing.linearize`). Raises DataError when the text is too small for
+        `vocab_size`.
         """
         with tempfile.TemporaryDirectory(prefix="aiayn-vocab-") as tmp:
             text_path = Path(tmp) / "train.txt"
             n_lines = write_lines(sentences, text_path)
             if n_lines == 0:
                 raise DataError("no training text for the vocabulary (every line was empty)")
-            return cls._train_file(
-                text_path, vocab_size, sample_sentences, seed, threads, character_coverage
-            )
+            return cls._train_file(text_path, vocab_size, sample_sentences, seed, threads,
+                                   character_coverage, split_by_script)  # fmt: skip
 
     @classmethod
     def _train_file(
@@ -117,6 +120,7 @@ class Vocab:
         seed: int,
         threads: int,
         character_coverage: float,
+        split_by_script: bool,
     ) -> Vocab:
         model = io.BytesIO()
         spm.set_random_generator_seed(seed)  # sentencepiece's sampler has no per-call seed
@@ -137,6 +141,7 @@ class Vocab:
                 allow_whitespace_only_pieces=True,
                 byte_fallback=True,
                 character_coverage=character_coverage,
+                split_by_unicode_script=split_by_script,
                 input_sentence_size=sample_sentences,
                 shuffle_input_sentence=True,
                 num_threads=max(1, threads),
