@@ -177,9 +177,37 @@ def _precision_curves(result: dict) -> list[tuple[str, str]]:
             for a, b in zip(fp32, bf16) if a["step"] in (fp32[len(fp32) // 2]["step"], fp32[-1]["step"])]  # fmt: skip
 
 
+def _serve_load(result: dict) -> list[tuple[str, str]]:
+    s = result["summary"]
+    low, high = s["dynamic_rss_mb_min_max"]
+    return [(f"{s['clients']} clients: sentences/s, dynamic batching / one at a time", f"{s['throughput_ratio']:.2f}"),
+            (f"{s['clients']} clients: p99 ms, dynamic / one at a time",
+             f"{s['p99_ms_dynamic']:g} / {s['p99_ms_one_at_a_time']:g}"),
+            ("errors", str(s["errors"])),
+            ("resident MB over the run, dynamic batching", f"{low:g} to {high:g}"),
+            (f"resident MB growth over the repeated {s['clients']}-client cell",
+             f"{s['dynamic_rss_mb_growth_repeat']:g}")]  # fmt: skip
+
+
+def _search(s: dict) -> str:
+    return "greedy" if s["beam"] == 1 else f"beam {s['beam']}, alpha {s['alpha']:g}"
+
+
+def _brevity(result: dict) -> list[tuple[str, str]]:
+    rows = []
+    for checkpoint, r in result["checkpoints"].items():
+        name = Path(checkpoint).name
+        rows += [(f"{name}, {_search(s)}: sacreBLEU (BP)", f"{s['bleu']:.2f} ({s['bp']:.3f})")
+                 for s in r["search"]]  # fmt: skip
+        rows.append((f"{name}: P(stop before the reference ends), sampling",
+                     f"{r['p_stop_early_sampling']:.3f}"))  # fmt: skip
+    return rows
+
+
 SUMMARIES = {"train_speed": _train_speed, "multi30k": _multi30k, "demo": _demo,
              "prepare_scale": _prepare_scale, "length_extrapolation": _length_extrapolation,
-             "attention_window": _attention_window, "precision_curves": _precision_curves}
+             "attention_window": _attention_window, "precision_curves": _precision_curves,
+             "brevity": _brevity, "serve_load": _serve_load}
 
 
 def figures(record: dict) -> list[tuple[str, str]]:

@@ -174,3 +174,25 @@ def test_precision_curves_rows_are_the_middle_and_last_validations():
     record = _record("precision_curves", "2026-01-01T00:00:00Z", result)
     assert report.figures(record) == [("dev NLL after 50 updates, fp32 / bf16", "6.0000 / 6.1000"),
                                       ("dev NLL after 75 updates, fp32 / bf16", "5.2146 / 5.2171")]
+
+
+def test_brevity_rows_give_each_search_and_the_models_early_stop():
+    searches = [{"beam": 1, "alpha": 0.0, "bleu": 37.1, "bp": 0.937},
+                {"beam": 4, "alpha": 0.6, "bleu": 37.7, "bp": 0.908}]
+    result = {"checkpoints": {"runs/x/avg5": {"search": searches, "p_stop_early_sampling": 0.1234}}}
+    assert report.figures(_record("brevity", "2026-01-01T00:00:00Z", result)) == [
+        ("avg5, greedy: sacreBLEU (BP)", "37.10 (0.937)"),
+        ("avg5, beam 4, alpha 0.6: sacreBLEU (BP)", "37.70 (0.908)"),
+        ("avg5: P(stop before the reference ends), sampling", "0.123"),
+    ]
+
+
+def test_serve_load_rows_are_its_summary():
+    summary = {"clients": 32, "throughput_ratio": 4.95, "p99_ms_dynamic": 286.7,
+               "p99_ms_one_at_a_time": 744.2, "errors": 0, "dynamic_rss_mb_min_max": [350.2, 474.3],
+               "dynamic_rss_mb_growth_repeat": 20.4}
+    rows = dict(report.figures(_record("serve_load", "2026-01-01T00:00:00Z", {"summary": summary})))
+    assert rows["32 clients: sentences/s, dynamic batching / one at a time"] == "4.95"
+    assert rows["32 clients: p99 ms, dynamic / one at a time"] == "286.7 / 744.2"
+    assert rows["resident MB over the run, dynamic batching"] == "350.2 to 474.3"
+    assert rows["resident MB growth over the repeated 32-client cell"] == "20.4"
