@@ -14,8 +14,8 @@ say nothing of which word they stand for (``DT NN`` for "the dog" and for "a cat
 decoder finds the next word by position, and a small model learns that late: greedy F1
 of single checkpoints is about 55 at 300-400 updates and swings between 40 and 75 around
 450-600 while it starts to align, and the averaged model's F1 still rises from 1000 to 2000
-to 3000 updates. Hence 3000: the fewest of those at which the demo reached F1 95, within
-the 5 minutes on 2 CPU cores that it may take.
+to 3000 updates. Hence 3000: the fewest of those at which the demo reached F1 95 within
+the time an offline demo may take on a laptop-class CPU.
 The vocabulary is large enough (1200) that every word of the demo grammar is one piece,
 and each tree token, ``(NP`` or ``)NP``, is one piece too
 (`prepare_parse`), so a target is as long as its tree (27 tokens on average, not 44).
