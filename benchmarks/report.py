@@ -172,9 +172,10 @@ def _length_extrapolation(result: dict) -> list[tuple[str, str]]:
 
 
 def _precision_curves(result: dict) -> list[tuple[str, str]]:
-    fp32, bf16 = result["curves"]["fp32"]["dev"], result["curves"]["bf16"]["dev"]
+    pairs = list(zip(result["curves"]["fp32"]["dev"], result["curves"]["bf16"]["dev"]))
+    middle_and_last = sorted({len(pairs) // 2, len(pairs) - 1})
     return [(f"dev NLL after {a['step']} updates, fp32 / bf16", f"{a['dev_nll']:.4f} / {b['dev_nll']:.4f}")
-            for a, b in zip(fp32, bf16) if a["step"] in (fp32[len(fp32) // 2]["step"], fp32[-1]["step"])]  # fmt: skip
+            for a, b in (pairs[i] for i in middle_and_last)]  # fmt: skip
 
 
 def _serve_load(result: dict) -> list[tuple[str, str]]:

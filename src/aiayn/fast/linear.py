@@ -51,9 +51,9 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         return _OneDnnLinear.apply(x, weight, bias)
     rows = x.reshape(-1, x.size(-1))  # (tokens, in)
-    n = rows.size(0)
-    if bucket_rows(n) != n:  # zero rows below: they add output rows that are cut off
-        rows = torch.cat([rows, rows.new_zeros(bucket_rows(n) - n, rows.size(1))])
+    n, padded = rows.size(0), bucket_rows(rows.size(0))
+    if padded != n:  # zero rows, whose output rows are cut off below
+        rows = F.pad(rows, (0, 0, 0, padded - n))  # (padded, in)
     return _onednn_linear(rows, weight, bias)[:n].view(*x.shape[:-1], weight.size(0))
 
 
