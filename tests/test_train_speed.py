@@ -144,3 +144,10 @@ def test_peer_loss_is_aiayns_label_smoothed_loss():
 
     ours = label_smoothed_loss(logits.flatten(0, 1), target.flatten(), 0.1, pad_id=0)[0]
     torch.testing.assert_close(train_speed.peer_loss(logits, Batch), ours.sum())
+
+
+def test_the_bf16_system_trains_in_bfloat16_whatever_the_dtype_asked():
+    assert train_speed.system_dtype("aiayn_bf16", torch.float32) == torch.bfloat16
+    assert train_speed.system_dtype("aiayn", torch.float32) == torch.float32
+    assert train_speed.system_dtype("hf_marian", torch.bfloat16) == torch.bfloat16
+    assert "aiayn_bf16" in train_speed.steppers("small", "cpu", None, 64, names=("aiayn_bf16",))
