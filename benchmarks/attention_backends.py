@@ -26,7 +26,6 @@ short keeps what it measured). Needs a CUDA GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from contextlib import nullcontext
@@ -37,7 +36,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import train_speed
-from results import add_arguments, emit
+from results import add_arguments, emit, publisher
 
 BACKENDS = {  # name -> the backends sdpa may choose from (None: PyTorch's own choice)
     "default": None,
@@ -150,14 +149,7 @@ def main() -> None:
     device_name = device if device == "cpu" else torch.cuda.get_device_name()
     report: dict = {"device": device_name, "torch": torch.__version__,
                     "size": args.size, "tokens": args.tokens, "vocab": args.vocab}  # fmt: skip
-
-    def publish(part: str, value) -> None:
-        report[part] = value
-        report["elapsed_s"] = round(time.perf_counter() - began, 1)
-        print(json.dumps({part: value}), flush=True)
-        if args.json_out:
-            with open(args.json_out, "w") as f:
-                json.dump(report, f, indent=1)
+    publish = publisher(report, args.json_out)
 
     torch.manual_seed(0)
     peak = train_speed.matmul_peak(device, dtype)

@@ -110,11 +110,19 @@ def _train_speed(result: dict) -> list[tuple[str, str]]:
     return rows
 
 
+def _model_name(t: dict) -> str:
+    """A multi30k.py candidate: the last checkpoint, or the last k averaged (`apart` saves
+    apart; results written before `apart` existed averaged neighbours)."""
+    k, apart = t["average_last"], t.get("apart", 1)
+    if k == 1:
+        return "last checkpoint"
+    return f"last {k} averaged" + (f", {apart} saves apart" if apart > 1 else "")
+
+
 def _chosen(result: dict) -> str:
     """multi30k.py's model and length penalty, as chosen on the dev set."""
-    k, alpha = result["chosen"]["average_last"], result["chosen"]["alpha"]
-    model = "last checkpoint" if k == 1 else f"last {k} averaged"
-    return f"{model}, alpha {alpha:g} (chosen on {result['dev_set']})"
+    chosen = result["chosen"]
+    return f"{_model_name(chosen)}, alpha {chosen['alpha']:g} (chosen on {result['dev_set']})"
 
 
 def _multi30k(result: dict) -> list[tuple[str, str]]:
@@ -123,7 +131,7 @@ def _multi30k(result: dict) -> list[tuple[str, str]]:
             ("its brevity penalty", f"{test['bp']:.3f}"),
             ("training updates", str(result["steps"])),
             ("minutes end to end", f"{result['total_minutes']:g}")]  # fmt: skip
-    return rows + [(f"dev sacreBLEU (BP), last {t['average_last']} averaged, alpha {t['alpha']:g}",
+    return rows + [(f"dev sacreBLEU (BP), {_model_name(t)}, alpha {t['alpha']:g}",
                     f"{t['bleu']:.2f} ({t['bp']:.3f})") for t in result["dev_tried"]]  # fmt: skip
 
 
@@ -205,7 +213,44 @@ def _brevity(result: dict) -> list[tuple[str, str]]:
     return rows
 
 
-SUMMARIES = {"train_speed": _train_speed, "multi30k": _multi30k, "demo": _demo,
+def _gpu_levers(result: dict) -> list[tuple[str, str]]:
+    """Each lever's tokens/s and MFU, where the compiled step's GPU time goes, and the
+    compiled step's loss against the eager one's."""
+    rows = []
+    for name, r in result["rows"].items():
+        rows.append((f"{name}: target tokens/s, MFU (989 TFLOP/s), hours for 100k updates",
+                     f"{r['tokens_per_s']:,}, {r['mfu_vs_989']:.3f}, {r['projected_base_run_hours']:g}"
+                     if isinstance(r, dict) else r))  # fmt: skip
+    profile = result.get("profile")
+    if profile:
+        shares = ", ".join(f"{k} {v:.0%}" for k, v in sorted(profile["share_by_kind"].items(),
+                                                              key=lambda kv: -kv[1]))  # fmt: skip
+        rows.append(("fast_compiled: GPU time by kernel kind", shares))
+        if profile["mfu_if_only_matrix_products"] is not None:  # None: no product kernel seen (CPU)
+            rows.append(("fast_compiled: MFU if only its matrix products ran",
+                         f"{profile['mfu_if_only_matrix_products']:.3f}"))  # fmt: skip
+    curve = result.get("loss_curve")
+    if curve:
+        rows.append((f"loss over {curve['updates']} updates, mean abs. difference: eager vs "
+                     "compiled / eager vs eager with other dropout masks",
+                     f"{curve['eager_vs_compiled']['mean']:.4f} / "
+                     f"{curve['eager_vs_eager_other_dropout']['mean']:.4f}"))  # fmt: skip
+    return rows
+
+
+def _recipe_search(result: dict) -> list[tuple[str, str]]:
+    """The costs stage: seconds per update per variant; the search: each variant's updates
+    and best dev BLEU (with the model and alpha that gave it), best first."""
+    if result["stage"] == "costs":
+        return [(f"{name}: CPU seconds per update", f"{s:.3f}")
+                for name, s in result["seconds_per_update"].items()]  # fmt: skip
+    done = sorted((v for v in result["variants"] if "best" in v), key=lambda v: -v["best"]["bleu"])
+    return [(f"{v['variant']} ({v['updates']} updates): best dev sacreBLEU (BP), "
+             f"{_model_name(v['best'])}, alpha {v['best']['alpha']:g}",
+             f"{v['best']['bleu']:.2f} ({v['best']['bp']:.3f})") for v in done]  # fmt: skip
+
+
+SUMMARIES = {"train_speed": _train_speed, "gpu_levers": _gpu_levers, "recipe_search": _recipe_search, "multi30k": _multi30k, "demo": _demo,
              "prepare_scale": _prepare_scale, "length_extrapolation": _length_extrapolation,
              "attention_window": _attention_window, "precision_curves": _precision_curves,
              "brevity": _brevity, "serve_load": _serve_load}

@@ -150,3 +150,22 @@ def emit(script: str, result: dict, args: argparse.Namespace | None = None) -> P
     tmp.replace(path)  # a run cut short leaves no half-written result
     print(f"result written to {path}", file=sys.stderr)
     return path
+
+
+def publisher(report: dict, json_out: str | None):
+    """`publish(part, value)`: sets `report[part]` and the seconds since this call, prints the
+    part as one JSON line, and writes the whole report to `json_out` (if given), so that a run
+    cut short (a device's time limit) keeps every part it measured."""
+    import time
+
+    began = time.perf_counter()
+
+    def publish(part: str, value) -> None:
+        report[part] = value
+        report["elapsed_s"] = round(time.perf_counter() - began, 1)
+        print(json.dumps({part: value}), flush=True)
+        if json_out:
+            with open(json_out, "w") as f:
+                json.dump(report, f, indent=1)
+
+    return publish

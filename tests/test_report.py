@@ -196,3 +196,41 @@ def test_serve_load_rows_are_its_summary():
     assert rows["32 clients: p99 ms, dynamic / one at a time"] == "286.7 / 744.2"
     assert rows["resident MB over the run, dynamic batching"] == "350.2 to 474.3"
     assert rows["resident MB growth over the repeated 32-client cell"] == "20.4"
+
+
+def test_gpu_levers_rows_give_each_lever_the_profile_and_the_loss_gap():
+    result = {"rows": {"fast_compiled": {"tokens_per_s": 603543, "mfu_vs_989": 0.246,
+                                         "projected_base_run_hours": 1.2},
+                       "fast_compiled_100000": "out of memory"},
+              "profile": {"share_by_kind": {"matrix_products": 0.38, "compiled_elementwise": 0.40},
+                          "mfu_if_only_matrix_products": 0.647},
+              "loss_curve": {"updates": 200, "eager_vs_compiled": {"mean": 0.0123},
+                             "eager_vs_eager_other_dropout": {"mean": 0.0134}}}  # fmt: skip
+    rows = report.figures(_record("gpu_levers", "2026-01-01T00:00:00Z", result))
+    assert rows == [
+        ("fast_compiled: target tokens/s, MFU (989 TFLOP/s), hours for 100k updates",
+         "603,543, 0.246, 1.2"),
+        ("fast_compiled_100000: target tokens/s, MFU (989 TFLOP/s), hours for 100k updates",
+         "out of memory"),
+        ("fast_compiled: GPU time by kernel kind", "compiled_elementwise 40%, matrix_products 38%"),
+        ("fast_compiled: MFU if only its matrix products ran", "0.647"),
+        ("loss over 200 updates, mean abs. difference: eager vs compiled / eager vs eager with "
+         "other dropout masks", "0.0123 / 0.0134"),
+    ]  # fmt: skip
+
+
+def test_recipe_search_rows_rank_the_variants_by_dev_bleu():
+    best = lambda bleu, k, apart: {"bleu": bleu, "bp": 0.99, "average_last": k, "apart": apart,
+                                   "alpha": 1.5}  # noqa: E731
+    result = {"stage": "search", "variants": [
+        {"variant": "base", "updates": 5100, "best": best(39.5, 5, 1)},
+        {"variant": "layers_6", "failed": 1},
+        {"variant": "dropout_0.3", "updates": 5100, "best": best(40.1, 5, 2)}]}  # fmt: skip
+    assert report.figures(_record("recipe_search", "2026-01-01T00:00:00Z", result)) == [
+        ("dropout_0.3 (5100 updates): best dev sacreBLEU (BP), last 5 averaged, 2 saves apart, "
+         "alpha 1.5", "40.10 (0.990)"),
+        ("base (5100 updates): best dev sacreBLEU (BP), last 5 averaged, alpha 1.5", "39.50 (0.990)"),
+    ]  # fmt: skip
+    costs = {"stage": "costs", "seconds_per_update": {"base": 0.63, "layers_6": 1.1}}
+    assert report.figures(_record("recipe_search", "2026-01-01T00:00:00Z", costs)) == [
+        ("base: CPU seconds per update", "0.630"), ("layers_6: CPU seconds per update", "1.100")]
