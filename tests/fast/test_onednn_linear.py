@@ -214,8 +214,9 @@ def test_bucket_rows_rounds_up_by_at_most_an_eighth():
 
 @needs_onednn
 def test_inference_meets_a_bounded_set_of_shapes_and_the_same_values(onednn, monkeypatch):
-    """A server's batches come in every size; oneDNN caches a kernel per shape, so inference
-    pads rows to `bucket_rows` sizes: memory stays flat. The padding changes no value."""
+    """A server's batches come in every size; oneDNN keeps a kernel per shape, so inference
+    pads rows to `bucket_rows` sizes and splits inputs past MAX_ROWS rows: the shapes are
+    those of `inference_rows()`, however many rows come. Neither changes a value."""
     seen: set[tuple[int, ...]] = set()
     product = linear_module._onednn_linear
 
@@ -226,9 +227,39 @@ def test_inference_meets_a_bounded_set_of_shapes_and_the_same_values(onednn, mon
     monkeypatch.setattr(linear_module, "_onednn_linear", spy)
     weight, bias = torch.randn(24, 16), torch.randn(24)
     with torch.no_grad():
-        for rows in range(1, 600):
+        for rows in [*range(1, 300), 517, 1000]:
             x = torch.randn(rows, 2, 16)  # (rows, 2, in): leading dims are kept
             out = linear(x, weight, bias)
             assert out.shape == (rows, 2, 24)
             torch.testing.assert_close(out, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
-    assert len(seen) == 42  # 599 row counts (2 to 1,198): 8 sizes to 64, 8 per doubling
+    rows = linear_module.inference_rows()
+    assert {shape[0] for shape in seen} == set(rows) and max(rows) == linear_module.MAX_ROWS
+    assert len(rows) == 32  # 8 sizes to 64, 8 per doubling to 512
+
+
+@needs_onednn
+def test_warm_up_builds_every_shape_that_inference_asks_for(onednn, monkeypatch):
+    """oneDNN keeps each shape's kernel for the life of the process (about half a megabyte),
+    so a server kept meeting new ones, and growing, over a run. After `warm_up(model)`, encoding and
+    decoding batches of any size ask for no product shape it has not built."""
+    shapes: list[tuple] = []
+    product = linear_module._onednn_linear
+
+    def spy(x, weight, bias, attr="none"):
+        shapes.append((tuple(x.shape), tuple(weight.shape), bias is not None))
+        return product(x, weight, bias, attr)
+
+    monkeypatch.setattr(linear_module, "_onednn_linear", spy)
+    model = fast.apply(Transformer(ModelConfig(
+        vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=2, p_drop=0.0
+    )).eval())  # fmt: skip
+    visited = linear_module.warm_up(model)
+    warm = set(shapes)
+    assert visited == len(warm) > 0
+    gen = torch.Generator().manual_seed(0)
+    with torch.inference_mode():
+        for sentences, length in [(1, 3), (5, 17), (37, 9), (300, 2), (70, 11)]:
+            src = torch.randint(4, 40, (sentences, length), generator=gen)
+            tgt = torch.randint(4, 40, (sentences, 1 + length % 4), generator=gen)
+            model(src, tgt)  # every product of encoding and decoding, the output layer's too
+    assert len(shapes) > len(warm) and set(shapes) <= warm

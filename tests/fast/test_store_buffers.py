@@ -3,6 +3,8 @@ from it decode exactly as with fresh memory (the core's cache), and a later sear
 
 from __future__ import annotations
 
+import mmap
+
 import pytest
 import torch
 
@@ -194,3 +196,16 @@ def test_a_search_records_no_graph_into_the_buffers(model):
     with buffers.claim():
         store = buffers.empty((0, "self_k"), (1,), model.tgt_embed.weight, None)
     assert buffers.holds(store) and not store.requires_grad and store.grad_fn is None
+
+
+def test_kept_buffers_are_memory_maps_of_their_own(model):
+    """A buffer grows in the largest batch so far. From the C library's heap it would land at
+    the heap's top while that batch's tensors fill it, and the heap, which gives memory back
+    only from its top, would keep everything below it resident: a server's memory rose with
+    each new largest batch. Each kept buffer is a memory map of its own, so it starts on a
+    page, where blocks of the heap start 16 or more bytes into theirs."""
+    buffers = StoreBuffers()
+    beam(model, batch([5, 2, 7]), buffers)
+    kept = buffers._kept()
+    assert len(kept) >= 4
+    assert all(b.untyped_storage().data_ptr() % mmap.PAGESIZE == 0 for b in kept)

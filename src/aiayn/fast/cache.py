@@ -9,6 +9,7 @@ encoder-decoder stores laid out (and narrowed) for `fast.attention.decoding_atte
 from __future__ import annotations
 
 import math
+import mmap
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -88,7 +89,7 @@ class StoreBuffers:
         # could not be written by a later search outside it.
         size = max([n] + [b.numel() for b in pair if b.dtype == like.dtype])
         with torch.inference_mode(False):
-            fresh = like.new_empty(size)
+            fresh = own_pages(size, like)
         if len(pair) < 2:
             pair.append(fresh)
         else:  # a buffer too small or of another dtype: replace it
@@ -112,6 +113,24 @@ class StoreBuffers:
     def clear(self) -> None:
         """Give the kept memory back."""
         self._buffers.clear()
+
+
+def own_pages(numel: int, like: Tensor) -> Tensor:
+    """An uninitialised flat tensor of `numel` elements (dtype and device of `like`): on a
+    CPU in an anonymous memory map of its own, given back to the system when the tensor is
+    freed; elsewhere from the device's allocator.
+
+    Why not PyTorch's allocator: on a CPU that is the C library's malloc, whose heap returns
+    memory to the system only from its top. A buffer grows when a search needs more than any
+    before it, that is in the largest batch so far, while that batch's other tensors fill the
+    heap: the buffer lands at the top, and everything freed below it when the batch ends
+    stays resident. Each new largest batch raised the server's memory for good; a mapping of
+    its own leaves the heap free to shrink.
+    """
+    if like.device.type != "cpu":
+        return like.new_empty(numel)
+    nbytes = max(numel * like.element_size(), 1)
+    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=like.dtype, count=numel)
 
 
 @dataclass

@@ -51,26 +51,66 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         return _OneDnnLinear.apply(x, weight, bias)
     rows = x.reshape(-1, x.size(-1))  # (tokens, in)
+    if rows.size(0) <= MAX_ROWS:
+        out = _bucketed(rows, weight, bias)
+    else:  # (tokens, out), MAX_ROWS rows a product
+        out = torch.cat([_bucketed(part, weight, bias) for part in rows.split(MAX_ROWS)])
+    return out.view(*x.shape[:-1], weight.size(0))
+
+
+MAX_ROWS = 512  # the most rows one inference product takes: `linear` splits larger inputs
+
+
+def _bucketed(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """x W^T + b on (n, in) rows, n <= MAX_ROWS, padded to `bucket_rows(n)` rows: (n, out)."""
     n, padded = rows.size(0), bucket_rows(rows.size(0))
     if padded != n:  # zero rows, whose output rows are cut off below
         rows = F.pad(rows, (0, 0, 0, padded - n))  # (padded, in)
-    return _onednn_linear(rows, weight, bias)[:n].view(*x.shape[:-1], weight.size(0))
+    return _onednn_linear(rows, weight, bias)[:n]
 
 
 def bucket_rows(rows: int) -> int:
     """`rows` rounded up to one of a bounded set of sizes: a multiple of 8 up to 64, then one
     of 8 sizes per doubling (at most 12.5% more rows).
 
-    oneDNN builds and caches a kernel for each shape it multiplies. A server's batches come
-    in every size, and a process that kept meeting new shapes kept growing (measured by
-    `benchmarks/serve_load.py`); padded to these sizes, inference meets a few dozen shapes
-    per weight, and its memory stays flat once they have all been seen. Training keeps its
-    exact shapes: its batches are built to a token budget, and padding would cost compute.
+    oneDNN builds a kernel for each shape it multiplies and keeps it for the life of the
+    process, about half a megabyte each, in its primitive cache and beside it. A server's
+    batches come in every size, and a process that kept meeting new shapes kept growing
+    (measured by `benchmarks/serve_load.py`). Inference therefore pads rows to these sizes
+    and splits inputs of more than MAX_ROWS rows (`linear`): each weight meets at most
+    `len(inference_rows())` shapes, which `warm_up` can visit before the first request, so
+    that memory stays flat from then on. Training keeps its exact shapes: its batches are
+    built to a token budget, and padding would cost compute.
     """
     if rows <= 64:
         return -(-rows // 8) * 8
     step = 1 << (rows.bit_length() - 4)
     return -(-rows // step) * step
+
+
+def inference_rows() -> list[int]:
+    """Every row count an inference product gives oneDNN (`linear`): the buckets up to
+    MAX_ROWS."""
+    return sorted({bucket_rows(n) for n in range(1, MAX_ROWS + 1)})
+
+
+def warm_up(model: nn.Module) -> int:
+    """Run each of `model`'s oneDNN products (its `OneDnnLinear` modules, and the output
+    projection of an `OneDnnProjection`) once at every row count of `inference_rows()`, so
+    that oneDNN has built every kernel inference will ask of it (see `bucket_rows`).
+    Products of one shape share their kernels. -> the number of shapes visited (0 where
+    oneDNN is not used)."""
+    weights = [(m.weight, m.bias) for m in model.modules() if isinstance(m, OneDnnLinear)]
+    if any(isinstance(m, OneDnnProjection) for m in model.modules()):
+        weights.append((model.output_weight, None))
+    shapes = {(tuple(w.shape), w.dtype, b is not None): (w, b) for w, b in weights}
+    if not any(onednn_products(w.new_empty(0, w.size(1)), w) for w, _ in shapes.values()):
+        return 0
+    with torch.inference_mode():
+        for weight, bias in shapes.values():
+            for n in inference_rows():
+                linear(weight.new_zeros(n, weight.size(1)), weight, bias)
+    return len(shapes) * len(inference_rows())
 
 
 def affine(x: Tensor, weight: Tensor, bias: Tensor | None, relu: bool = False) -> Tensor:

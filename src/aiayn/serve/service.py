@@ -16,6 +16,7 @@ import torch
 
 from aiayn.checkpoint import read_config
 from aiayn.errors import ConfigError
+from aiayn.fast.linear import warm_up
 from aiayn.model.transformer import parameter_count
 from aiayn.serve.batcher import Batcher, Job, NotReady, QueueFull
 from aiayn.serve.runner import Options, Result, TranslatorRunner
@@ -96,6 +97,10 @@ class Service:
             self.config.checkpoint, device=self.config.device, int8=self.config.int8,
             max_tokens=self.config.max_batch_tokens,
         )  # fmt: skip
+        # Every kernel shape oneDNN will be asked for, built now: each stays for the life of
+        # the process, and met one by one as batches of new sizes came, they made the
+        # server's memory creep up over a run (`fast.linear.bucket_rows`).
+        warm_up(translator.model)
         translator.translate(["warm up"])
         self.parameters = parameter_count(self.model_config.model)
         self.translator = translator
