@@ -196,7 +196,10 @@ def main() -> None:
     if args.worker:
         args.worker_out.write_text(json.dumps(run_variant(args)))
         return None
-    emit(__file__, search(args), args)
+    result = search(args)
+    if args.device.startswith("cuda"):
+        torch.cuda.init()  # the workers used the GPU; opened here too, the result's meta names it
+    emit(__file__, result, args)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 PLOTS = ROOT / "benchmarks" / "plots"
 READMES = {"summary": ROOT / "benchmarks" / "README.md", "results": ROOT / "README.md",
            "extrapolation": ROOT / "README.md"}  # marker name -> the file that holds it
-OWN_OPTIONS = ("--note", "--results-dir", "--out")  # where and why: not part of a variant
+OWN_OPTIONS = ("--note", "--results-dir", "--out", "--json-out")  # where and why: not part of a variant
 
 # The paper's rows of the Results table: what we have not run, with the paper's BLEU.
 PAPER_ROWS = [
