@@ -215,8 +215,9 @@ def test_bucket_rows_rounds_up_by_at_most_an_eighth():
 @needs_onednn
 def test_inference_meets_a_bounded_set_of_shapes_and_the_same_values(onednn, monkeypatch):
     """A server's batches come in every size; oneDNN keeps a kernel per shape, so inference
-    pads rows to `bucket_rows` sizes and splits inputs past MAX_ROWS rows: the shapes are
-    those of `inference_rows()`, however many rows come. Neither changes a value."""
+    pads rows to `bucket_rows` sizes and, with max_rows, splits inputs past it: the shapes
+    are those of `inference_rows()`, however many rows come. Neither changes a value; without
+    max_rows an input is one product."""
     seen: set[tuple[int, ...]] = set()
     product = linear_module._onednn_linear
 
@@ -229,12 +230,16 @@ def test_inference_meets_a_bounded_set_of_shapes_and_the_same_values(onednn, mon
     with torch.no_grad():
         for rows in [*range(1, 300), 517, 1000]:
             x = torch.randn(rows, 2, 16)  # (rows, 2, in): leading dims are kept
-            out = linear(x, weight, bias)
+            out = linear(x, weight, bias, max_rows=linear_module.MAX_ROWS)
             assert out.shape == (rows, 2, 24)
             torch.testing.assert_close(out, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
     rows = linear_module.inference_rows()
     assert {shape[0] for shape in seen} == set(rows) and max(rows) == linear_module.MAX_ROWS
     assert len(rows) == 32  # 8 sizes to 64, 8 per doubling to 512
+    seen.clear()
+    with torch.no_grad():
+        linear(torch.randn(1000, 2, 16), weight, bias)  # no max_rows: one product
+    assert seen == {(linear_module.bucket_rows(2000), 16)}
 
 
 @needs_onednn

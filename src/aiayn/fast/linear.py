@@ -24,7 +24,10 @@ from aiayn.model.transformer import Projection
 
 
 class OneDnnLinear(nn.Linear):
-    """`nn.Linear` whose product is `linear` below; the same parameters and state dict."""
+    """`nn.Linear` whose product is `linear` below; the same parameters and state dict.
+    `max_rows`: see `linear` (None, the default, until `warm_up` sets it)."""
+
+    max_rows: int | None = None
 
     @classmethod
     def from_core(cls, core: nn.Linear) -> OneDnnLinear:
@@ -34,35 +37,39 @@ class OneDnnLinear(nn.Linear):
         return fast
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias, self.max_rows)
 
 
 class OneDnnProjection(Projection):
     """The pre-softmax projection (`Transformer.projection`) through `linear` below."""
 
+    max_rows: int | None = None  # see `linear`
+
     def forward(self, hidden: Tensor, weight: Tensor) -> Tensor:
-        return linear(hidden, weight)  # (..., d_model) -> (..., vocab)
+        return linear(hidden, weight, max_rows=self.max_rows)  # (..., d_model) -> (..., vocab)
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x W^T + b: (..., in), weight (out, in), bias (out,) or None -> (..., out)."""
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, max_rows: int | None = None) -> Tensor:
+    """x W^T + b: (..., in), weight (out, in), bias (out,) or None -> (..., out).
+    `max_rows`: at inference, the most rows one product takes, larger inputs split (None:
+    one product, which is faster; `warm_up` sets it for a long-lived process)."""
     if not onednn_products(x, weight):
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         return _OneDnnLinear.apply(x, weight, bias)
     rows = x.reshape(-1, x.size(-1))  # (tokens, in)
-    if rows.size(0) <= MAX_ROWS:
+    if max_rows is None or rows.size(0) <= max_rows:
         out = _bucketed(rows, weight, bias)
-    else:  # (tokens, out), MAX_ROWS rows a product
-        out = torch.cat([_bucketed(part, weight, bias) for part in rows.split(MAX_ROWS)])
+    else:  # (tokens, out), max_rows rows a product
+        out = torch.cat([_bucketed(part, weight, bias) for part in rows.split(max_rows)])
     return out.view(*x.shape[:-1], weight.size(0))
 
 
-MAX_ROWS = 512  # the most rows one inference product takes: `linear` splits larger inputs
+MAX_ROWS = 512  # the rows of one inference product once `warm_up` has bounded them
 
 
 def _bucketed(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """x W^T + b on (n, in) rows, n <= MAX_ROWS, padded to `bucket_rows(n)` rows: (n, out)."""
+    """x W^T + b on (n, in) rows, padded to `bucket_rows(n)` rows: (n, out)."""
     n, padded = rows.size(0), bucket_rows(rows.size(0))
     if padded != n:  # zero rows, whose output rows are cut off below
         rows = F.pad(rows, (0, 0, 0, padded - n))  # (padded, in)
@@ -76,11 +83,12 @@ def bucket_rows(rows: int) -> int:
     oneDNN builds a kernel for each shape it multiplies and keeps it for the life of the
     process, about half a megabyte each, in its primitive cache and beside it. A server's
     batches come in every size, and a process that kept meeting new shapes kept growing
-    (measured by `benchmarks/serve_load.py`). Inference therefore pads rows to these sizes
-    and splits inputs of more than MAX_ROWS rows (`linear`): each weight meets at most
-    `len(inference_rows())` shapes, which `warm_up` can visit before the first request, so
-    that memory stays flat from then on. Training keeps its exact shapes: its batches are
-    built to a token budget, and padding would cost compute.
+    (measured by `benchmarks/serve_load.py`). Inference therefore pads rows to these sizes;
+    a long-lived process also splits inputs of more than MAX_ROWS rows (`warm_up`), so that
+    each weight meets at most `len(inference_rows())` shapes, all built before the first
+    request, and memory stays flat from then on. A one-off translation keeps whole products
+    (a split costs a few per cent of beam search). Training keeps its exact shapes: its
+    batches are built to a token budget, and padding would cost compute.
     """
     if rows <= 64:
         return -(-rows // 8) * 8
@@ -89,17 +97,21 @@ def bucket_rows(rows: int) -> int:
 
 
 def inference_rows() -> list[int]:
-    """Every row count an inference product gives oneDNN (`linear`): the buckets up to
+    """Every row count an inference product gives oneDNN after `warm_up`: the buckets up to
     MAX_ROWS."""
     return sorted({bucket_rows(n) for n in range(1, MAX_ROWS + 1)})
 
 
 def warm_up(model: nn.Module) -> int:
-    """Run each of `model`'s oneDNN products (its `OneDnnLinear` modules, and the output
-    projection of an `OneDnnProjection`) once at every row count of `inference_rows()`, so
-    that oneDNN has built every kernel inference will ask of it (see `bucket_rows`).
-    Products of one shape share their kernels. -> the number of shapes visited (0 where
-    oneDNN is not used)."""
+    """Bound `model`'s oneDNN products to MAX_ROWS rows each (its `OneDnnLinear` modules and
+    an `OneDnnProjection`: `max_rows`), then run each once at every row count of
+    `inference_rows()`, so that oneDNN has built every kernel inference will ask of it (see
+    `bucket_rows`); for a process that serves for long, as `aiayn serve` does. Products of
+    one shape share their kernels. -> the number of shapes visited (0 where oneDNN is not
+    used)."""
+    for module in model.modules():
+        if isinstance(module, (OneDnnLinear, OneDnnProjection)):
+            module.max_rows = MAX_ROWS
     weights = [(m.weight, m.bias) for m in model.modules() if isinstance(m, OneDnnLinear)]
     if any(isinstance(m, OneDnnProjection) for m in model.modules()):
         weights.append((model.output_weight, None))
@@ -109,7 +121,7 @@ def warm_up(model: nn.Module) -> int:
     with torch.inference_mode():
         for weight, bias in shapes.values():
             for n in inference_rows():
-                linear(weight.new_zeros(n, weight.size(1)), weight, bias)
+                linear(weight.new_zeros(n, weight.size(1)), weight, bias, MAX_ROWS)
     return len(shapes) * len(inference_rows())
 
 
