@@ -36,6 +36,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import train_speed
+from train_speed import step_rates
 from results import add_arguments, emit, publisher
 
 BACKENDS = {  # name -> the backends sdpa may choose from (None: PyTorch's own choice)
@@ -114,18 +115,6 @@ def attention_table(batch, d_model: int, heads: int, device: str) -> dict:
             )
         table[call] = row
     return table
-
-
-def step_rates(model, optimizer, forward, batches, steps: int, dtype) -> list[float]:
-    rates = []
-    for i in range(steps):
-        b = batches[i % len(batches)]
-        train_speed.sync(b.src.device.type)
-        start = time.perf_counter()
-        train_speed.train_step(model, optimizer, forward, b, dtype)
-        train_speed.sync(b.src.device.type)
-        rates.append(b.n_tgt_tokens / (time.perf_counter() - start))
-    return rates
 
 
 def main() -> None:

@@ -26,12 +26,12 @@ never read. Prints one JSON object and writes it under benchmarks/results/ (`res
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import time
-import dataclasses
 from pathlib import Path
 
 import torch
@@ -189,7 +189,8 @@ def main() -> None:
         parser.error(f"--variants: unknown {', '.join(sorted(unknown))}; known: {', '.join(VARIANTS)}")
     args.work.mkdir(parents=True, exist_ok=True)
     if args.stage == "costs":
-        return emit(__file__, costs(args), args) and None
+        emit(__file__, costs(args), args)
+        return None
     if args.costs is None:
         parser.error("search needs --costs FILE (the costs stage's result)")
     args.cost = json.loads(args.costs.read_text())["result"]["seconds_per_update"]

@@ -225,12 +225,27 @@ def steppers(
     return out
 
 
-def train_step(model, optimizer, forward, batch, dtype) -> None:
+def train_step(model, optimizer, forward, batch, dtype) -> torch.Tensor:
+    """One update; -> its summed loss (not synchronised: `.item()` it only when needed)."""
     with torch.autocast(batch.src.device.type, dtype=dtype, enabled=dtype != torch.float32):
         loss = forward(model, batch)
     (loss / batch.n_tgt_tokens).backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def step_rates(model, optimizer, forward, batches, steps: int, dtype) -> list[float]:
+    """Target tokens/s of each of `steps` updates, cycling over `batches`, each timed alone."""
+    rates = []
+    for i in range(steps):
+        b = batches[i % len(batches)]
+        sync(b.src.device.type)
+        start = time.perf_counter()
+        train_step(model, optimizer, forward, b, dtype)
+        sync(b.src.device.type)
+        rates.append(b.n_tgt_tokens / (time.perf_counter() - start))
+    return rates
 
 
 def sync(device: str) -> None:

@@ -1,4 +1,5 @@
-"""Shared test helpers: tiny model configs and the location of the shared Multi30k data."""
+"""Shared test helpers: tiny model configs, the location of the shared Multi30k data, and a
+record of the products handed to oneDNN."""
 
 from __future__ import annotations
 
@@ -34,3 +35,20 @@ def own_histories(store: torch.Tensor, mask: torch.Tensor | None) -> torch.Tenso
 @pytest.fixture(autouse=True)
 def _seeded() -> None:
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def onednn_shapes(monkeypatch) -> list[tuple]:
+    """(input shape, weight shape, has bias) of every product `fast.linear` hands to oneDNN
+    from now on, in order: the shapes oneDNN builds a kernel for."""
+    import aiayn.fast.linear as linear_module
+
+    shapes: list[tuple] = []
+    product = linear_module._onednn_linear
+
+    def spy(x, weight, bias, attr="none"):
+        shapes.append((tuple(x.shape), tuple(weight.shape), bias is not None))
+        return product(x, weight, bias, attr)
+
+    monkeypatch.setattr(linear_module, "_onednn_linear", spy)
+    return shapes

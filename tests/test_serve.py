@@ -137,7 +137,7 @@ def test_concurrent_requests_share_model_calls_and_translate_as_alone(ckpt, lone
         assert calls < 32, calls
         assert request(f"{url}/info").body["stats"]["sentences"] >= 32
 
-def test_once_ready_no_batch_size_makes_onednn_build_a_new_kernel(ckpt, monkeypatch):
+def test_once_ready_no_batch_size_makes_onednn_build_a_new_kernel(ckpt, monkeypatch, onednn_shapes):
     """oneDNN keeps a kernel for each product shape it meets, for the life of the process,
     and a server meets batches of every size: met one by one, new shapes made its memory
     creep up over a run. The service builds every shape while it loads
@@ -146,14 +146,7 @@ def test_once_ready_no_batch_size_makes_onednn_build_a_new_kernel(ckpt, monkeypa
     import aiayn.fast.linear as linear_module
 
     monkeypatch.setattr(linear_module, "onednn_faster_here", lambda: True)
-    shapes: list[tuple] = []
-    product = linear_module._onednn_linear
-
-    def spy(x, weight, bias, attr="none"):
-        shapes.append((tuple(x.shape), tuple(weight.shape), bias is not None))
-        return product(x, weight, bias, attr)
-
-    monkeypatch.setattr(linear_module, "_onednn_linear", spy)
+    shapes = onednn_shapes
     with running(ServeConfig(str(ckpt), max_beam=9)) as (url, service):
         built = len(shapes)
         for n, beam in [(1, 1), (7, 3), (23, 4), (64, 9)]:

@@ -213,19 +213,11 @@ def test_bucket_rows_rounds_up_by_at_most_an_eighth():
 
 
 @needs_onednn
-def test_inference_meets_a_bounded_set_of_shapes_and_the_same_values(onednn, monkeypatch):
+def test_inference_meets_a_bounded_set_of_shapes_and_the_same_values(onednn, onednn_shapes):
     """A server's batches come in every size; oneDNN keeps a kernel per shape, so inference
     pads rows to `bucket_rows` sizes and, with max_rows, splits inputs past it: the shapes
     are those of `inference_rows()`, however many rows come. Neither changes a value; without
     max_rows an input is one product."""
-    seen: set[tuple[int, ...]] = set()
-    product = linear_module._onednn_linear
-
-    def spy(x, weight, bias, attr="none"):
-        seen.add(tuple(x.shape))
-        return product(x, weight, bias, attr)
-
-    monkeypatch.setattr(linear_module, "_onednn_linear", spy)
     weight, bias = torch.randn(24, 16), torch.randn(24)
     with torch.no_grad():
         for rows in [*range(1, 300), 517, 1000]:
@@ -234,27 +226,20 @@ def test_inference_meets_a_bounded_set_of_shapes_and_the_same_values(onednn, mon
             assert out.shape == (rows, 2, 24)
             torch.testing.assert_close(out, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
     rows = linear_module.inference_rows()
-    assert {shape[0] for shape in seen} == set(rows) and max(rows) == linear_module.MAX_ROWS
+    assert {x[0] for x, _, _ in onednn_shapes} == set(rows) and max(rows) == linear_module.MAX_ROWS
     assert len(rows) == 32  # 8 sizes to 64, 8 per doubling to 512
-    seen.clear()
+    onednn_shapes.clear()
     with torch.no_grad():
         linear(torch.randn(1000, 2, 16), weight, bias)  # no max_rows: one product
-    assert seen == {(linear_module.bucket_rows(2000), 16)}
+    assert [x for x, _, _ in onednn_shapes] == [(linear_module.bucket_rows(2000), 16)]
 
 
 @needs_onednn
-def test_warm_up_builds_every_shape_that_inference_asks_for(onednn, monkeypatch):
+def test_warm_up_builds_every_shape_that_inference_asks_for(onednn, onednn_shapes):
     """oneDNN keeps each shape's kernel for the life of the process (about half a megabyte),
     so a server kept meeting new ones, and growing, over a run. After `warm_up(model)`, encoding and
     decoding batches of any size ask for no product shape it has not built."""
-    shapes: list[tuple] = []
-    product = linear_module._onednn_linear
-
-    def spy(x, weight, bias, attr="none"):
-        shapes.append((tuple(x.shape), tuple(weight.shape), bias is not None))
-        return product(x, weight, bias, attr)
-
-    monkeypatch.setattr(linear_module, "_onednn_linear", spy)
+    shapes = onednn_shapes
     model = fast.apply(Transformer(ModelConfig(
         vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=2, p_drop=0.0
     )).eval())  # fmt: skip

@@ -49,7 +49,9 @@ class OneDnnProjection(Projection):
         return linear(hidden, weight, max_rows=self.max_rows)  # (..., d_model) -> (..., vocab)
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, max_rows: int | None = None) -> Tensor:
+def linear(
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, max_rows: int | None = None
+) -> Tensor:
     """x W^T + b: (..., in), weight (out, in), bias (out,) or None -> (..., out).
     `max_rows`: at inference, the most rows one product takes, larger inputs split (None:
     one product, which is faster; `warm_up` sets it for a long-lived process)."""
@@ -109,12 +111,15 @@ def warm_up(model: nn.Module) -> int:
     `bucket_rows`); for a process that serves for long, as `aiayn serve` does. Products of
     one shape share their kernels. -> the number of shapes visited (0 where oneDNN is not
     used)."""
+    weights = []  # (weight, bias) of each product
     for module in model.modules():
-        if isinstance(module, (OneDnnLinear, OneDnnProjection)):
-            module.max_rows = MAX_ROWS
-    weights = [(m.weight, m.bias) for m in model.modules() if isinstance(m, OneDnnLinear)]
-    if any(isinstance(m, OneDnnProjection) for m in model.modules()):
-        weights.append((model.output_weight, None))
+        if isinstance(module, OneDnnLinear):
+            weights.append((module.weight, module.bias))
+        elif isinstance(module, OneDnnProjection):
+            weights.append((model.output_weight, None))
+        else:
+            continue
+        module.max_rows = MAX_ROWS
     shapes = {(tuple(w.shape), w.dtype, b is not None): (w, b) for w, b in weights}
     if not any(onednn_products(w.new_empty(0, w.size(1)), w) for w, _ in shapes.values()):
         return 0
