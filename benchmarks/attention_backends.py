@@ -183,7 +183,7 @@ def main() -> None:
         publish("eager_step", eager)
 
     # the same model through the loss that `train.compile` runs
-    compiled_objective = train_speed.fast.apply(
+    compiled_objective = train_speed.fast.for_training(
         train_speed.RealTokenLoss(model.model, train_speed.EPS_LS), compiled=True
     )
     compiled_forward = lambda m, b: train_speed.aiayn_loss(compiled_objective, b, "auto")  # noqa: E731

@@ -48,10 +48,15 @@ torch.manual_seed(0)
 core = Transformer(ModelConfig(vocab_size=ts.VOCAB)).eval()
 if importlib.util.find_spec("aiayn.fast") is not None:  # the core / fast path split
     from aiayn import fast
-    from aiayn.fast.int8 import quantize_int8
-    models = {"aiayn_float32": lambda: fast.apply(copy.deepcopy(core)),
-              "aiayn_int8": lambda: quantize_int8(fast.apply(copy.deepcopy(core))),
-              "aiayn_reference": lambda: copy.deepcopy(core)}
+    if hasattr(fast, "for_inference"):  # its one entry for inference
+        models = {"aiayn_float32": lambda: fast.for_inference(copy.deepcopy(core)).model,
+                  "aiayn_int8": lambda: fast.for_inference(copy.deepcopy(core), int8=True).model,
+                  "aiayn_reference": lambda: copy.deepcopy(core)}
+    else:
+        from aiayn.fast.int8 import quantize_int8
+        models = {"aiayn_float32": lambda: fast.apply(copy.deepcopy(core)),
+                  "aiayn_int8": lambda: quantize_int8(fast.apply(copy.deepcopy(core))),
+                  "aiayn_reference": lambda: copy.deepcopy(core)}
 else:
     from aiayn.quantize import quantize_int8
     models = {"aiayn_float32": lambda: copy.deepcopy(core),

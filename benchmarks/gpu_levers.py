@@ -120,7 +120,7 @@ def main() -> None:
     rates(model, optimizer, forward, batches, len(batches))
     row("fast_eager", rates(model, optimizer, forward, batches, args.steps))
 
-    compiled = train_speed.fast.apply(
+    compiled = train_speed.fast.for_training(
         train_speed.RealTokenLoss(model.model, train_speed.EPS_LS), compiled=True
     )
     compiled_forward = lambda m, b: train_speed.aiayn_loss(compiled, b)  # noqa: E731

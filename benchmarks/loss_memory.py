@@ -30,7 +30,7 @@ from aiayn.config import ModelConfig
 from aiayn.data.vocab import PAD_ID
 from aiayn.model.transformer import Transformer
 from aiayn.fast.loss import ChunkedRealTokenLoss
-from aiayn.train.loss import RealTokenLoss
+from aiayn.loss import RealTokenLoss
 from aiayn.train.validate import real_positions
 from results import add_arguments, emit
 from train_speed import SIZES, make_batches

@@ -29,12 +29,12 @@ from pathlib import Path
 import torch
 
 from aiayn.average import average_checkpoints
-from aiayn.checkpoint import read_meta
+from aiayn.checkpoint import Checkpoint
 from aiayn.config import apply_overrides, load_config
 from aiayn.data.corpus import find_side, read_lines
 from aiayn.evaluate import score
 from aiayn.recipes.multi30k import OPTIONS, prepare_multi30k, raw_prefixes
-from aiayn.train.checkpoints import checkpoints_dir, step_checkpoints
+from aiayn.train.run_dir import checkpoints_dir, step_checkpoints
 from aiayn.train.trainer import train
 from aiayn.translate import Translator
 from results import add_arguments, emit
@@ -125,7 +125,7 @@ def main() -> None:
     t3 = time.monotonic()  # outside the recipe: the dev curve
     curve = []
     for step, path in saved:
-        minutes = (read_meta(path)["created"] - started) / 60
+        minutes = (Checkpoint(path).meta["created"] - started) / 60
         curve.append({"step": step, "minutes": round(minutes, 1), **bleu_of(path, *dev)})
     timings["dev_curve_s"] = round(time.monotonic() - t3, 1)
     emit(__file__, {

@@ -38,7 +38,7 @@ import torch
 
 from aiayn.config import apply_overrides, load_config
 from aiayn.recipes.multi30k import OPTIONS, prepare_multi30k
-from aiayn.train.checkpoints import checkpoints_dir, step_checkpoints
+from aiayn.train.run_dir import checkpoints_dir, step_checkpoints
 from aiayn.train.trainer import train
 from multi30k import ROOT, SHARED, choose_on_dev, split
 from results import add_arguments, emit

@@ -28,7 +28,7 @@ Not identical:
 - positions: aiayn and `nn.Transformer` add the interleaved sinusoids, MarianMT its
   concatenated sin | cos table (same cost); MarianMT adds a zero `final_logits_bias`;
 - how each computes the same loss: aiayn projects only the real (non-padding) target
-  positions, a chunk at a time (`train/loss.py`); the peers project every position and
+  positions, a chunk at a time (`loss.py`); the peers project every position and
   skip padding in the loss. That is part of what is measured.
 
 `aiayn_bf16` is aiayn under bfloat16 autocast (`train.precision: bf16`: float32 master weights
@@ -73,7 +73,7 @@ from aiayn.fast.attention import kernel_preference
 from aiayn.fast.linear import linear
 from aiayn.model.layers import sinusoid_table
 from aiayn.model.transformer import Transformer
-from aiayn.train.loss import RealTokenLoss
+from aiayn.loss import RealTokenLoss
 from aiayn.train.validate import real_positions
 from results import add_arguments, emit
 
@@ -164,7 +164,7 @@ def aiayn_objective(config: ModelConfig, reference: bool = False, compiled: bool
     """What the trainer trains: the model inside its loss module, with the fast path
     applied (`aiayn.fast`), or the core alone (`reference`, as `--reference` runs it)."""
     loss = RealTokenLoss(Transformer(config), EPS_LS)
-    return loss if reference else fast.apply(loss, compiled=compiled)
+    return loss if reference else fast.for_training(loss, compiled=compiled)
 
 
 def aiayn_loss(objective, b, kernel: str = TrainConfig.attention_kernel) -> torch.Tensor:
@@ -176,7 +176,7 @@ def aiayn_loss(objective, b, kernel: str = TrainConfig.attention_kernel) -> torc
 
 def eager_aiayn_loss(objective, b) -> torch.Tensor:
     """`aiayn_loss` of the same model through the eager fast path (for counting FLOPs)."""
-    return aiayn_loss(fast.apply(RealTokenLoss(objective.model, EPS_LS)), b)
+    return aiayn_loss(fast.for_training(RealTokenLoss(objective.model, EPS_LS)), b)
 
 
 def steppers(

@@ -69,8 +69,8 @@ from aiayn.decode.search import run_search
 from aiayn.decode.strategy import BeamStrategy
 from aiayn.data.batching import longest_first_batches
 from aiayn.export import export_checkpoint
-from aiayn.fast.int8 import quantize_int8
-from aiayn.fast.search import FastSearch, search_options
+from aiayn.fast.kv_cache import SharedKVCache
+from aiayn.fast.search import FastSearch, row_topk
 from aiayn.model.transformer import Transformer
 from results import add_arguments, emit
 
@@ -115,12 +115,12 @@ def padded(sents: list[list[int]], device: str) -> torch.Tensor:
     return src.to(device)
 
 
-def aiayn_search(name: str, device: str) -> FastSearch | None:
-    """The search pieces of aiayn system `name`, as a `Translator` has them: the fast
+def aiayn_search(name: str, model: Transformer) -> FastSearch | None:
+    """The search of aiayn system `name` over its `model`, as a `Translator` has it: the fast
     path's (the int8 model's with its narrowed encoder-decoder stores), or the core's."""
     if name == "aiayn_reference":
         return None
-    return FastSearch(device, int8=name == "aiayn_int8")
+    return FastSearch(model, int8=name == "aiayn_int8")
 
 
 @torch.no_grad()
@@ -132,10 +132,12 @@ def run_aiayn(
     for sents in batches:
         src = padded(sents, device)  # (batch, src_len)
         max_len = torch.full((src.size(0),), out_len, device=src.device)
-        with search_options(search, model) as options:
-            topk = options.get("topk", torch.topk)
-            strategy = BeamStrategy(max_len, BEAM, 1, ALPHA, out_len - 1, EOS_ID, PAD_ID, topk)
-            hyps = run_search(model, src, strategy, BOS_ID, options.get("new_cache"))
+        topk = torch.topk if search is None else row_topk
+        strategy = BeamStrategy(max_len, BEAM, 1, ALPHA, out_len - 1, EOS_ID, PAD_ID, topk)
+        if search is None:
+            hyps = run_search(model, src, strategy, BOS_ID)
+        else:
+            hyps = search.run(src, strategy)
         steps += sum(len(h[0].tokens) + 1 for h in hyps)
     return steps
 
@@ -196,12 +198,14 @@ def aiayn_cached_logp(
     src_pad = model.pad_mask(src)
     memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
     steps = []
-    with search_options(search, model) as options:
-        cache = options.get("new_cache", model.new_cache)(src_pad)
-        for t in range(feed.size(1)):
-            hidden = model.decode(feed[:, t : t + 1], memory, src_pad, cache)  # (batch, 1, d_model)
-            memory = None  # the cache now holds the encoder-decoder keys and values
-            steps.append(model.project(hidden))  # (batch, 1, V)
+    if search is None:
+        cache = model.new_cache(src_pad)
+    else:
+        cache = SharedKVCache(len(model.decoder), src_pad, cross_dtype=search.cross_dtype)
+    for t in range(feed.size(1)):
+        hidden = model.decode(feed[:, t : t + 1], memory, src_pad, cache)  # (batch, 1, d_model)
+        memory = None  # the cache now holds the encoder-decoder keys and values
+        steps.append(model.project(hidden))  # (batch, 1, V)
     return gold_logp(torch.cat(steps, dim=1), gold)
 
 
@@ -245,7 +249,7 @@ def agreement(
             )
         diffs[name] = (logp.cpu() - ref).abs().max().item()
     for name in (n for n in systems if n.startswith("aiayn") and systems[n] is not None):
-        logp = aiayn_cached_logp(systems[name], src, tgt.to(device), aiayn_search(name, device))
+        logp = aiayn_cached_logp(systems[name], src, tgt.to(device), aiayn_search(name, systems[name]))
         diffs[f"{name}_cached"] = (logp.cpu() - ref).abs().max().item()
     off = {k: v for k, v in diffs.items() if "int8" not in k and not v <= FLOAT_TOLERANCE}
     if reference == "aiayn_float32" and off:
@@ -285,9 +289,11 @@ def build_systems(config: ModelConfig, device: str, dtype: str, tmp: str) -> tup
         str(export_checkpoint(checkpoint, "huggingface", f"{tmp}/hf"))
     )
     systems = {
-        f"aiayn_{dtype}": fast.apply(copy.deepcopy(ours).to(device=device, dtype=getattr(torch, dtype))),
+        f"aiayn_{dtype}": fast.for_inference(
+            copy.deepcopy(ours).to(device=device, dtype=getattr(torch, dtype))
+        ).model,
         "aiayn_reference": copy.deepcopy(ours).to(device=device, dtype=getattr(torch, dtype)),
-        "aiayn_int8": quantize_int8(fast.apply(copy.deepcopy(ours))) if cpu else None,
+        "aiayn_int8": fast.for_inference(copy.deepcopy(ours), int8=True).model if cpu else None,
         f"ctranslate2_{dtype}": ct2(dtype, dtype),
         **{f"ctranslate2_{ct}": ct2("int8", ct) for ct in INT8_COMPUTE_TYPES},
         "transformers_marian": marian.eval().to(device=device, dtype=getattr(torch, dtype)),
@@ -302,10 +308,14 @@ def runner(name: str, device: str, names: list[str]):
         return lambda model, batches, out_len, device: run_ct2(model, batches, out_len, names)
     if name.startswith("transformers"):
         return run_hf
-    search = aiayn_search(name, device)
-    return lambda model, batches, out_len, device: run_aiayn(
-        model, batches, out_len, device, search
-    )
+    searches: dict[int, FastSearch | None] = {}  # one per model, its memory kept between runs
+
+    def run(model, batches, out_len, device):
+        if id(model) not in searches:
+            searches[id(model)] = aiayn_search(name, model)
+        return run_aiayn(model, batches, out_len, device, searches[id(model)])
+
+    return run
 
 
 def timed(fn, *args) -> tuple[float, int]:

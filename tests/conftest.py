@@ -24,7 +24,7 @@ def tiny_model_config(**overrides) -> ModelConfig:
 def own_histories(store: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Each hypothesis's own history in a one-head, one-dimensional self-attention store
     (sentences, 1, length * group, 1) with this step's single-position `mask`
-    (sentences, 1, group, length * group), as `model/cache.py` lays them out: (rows, length)."""
+    (sentences, 1, group, length * group), as `fast/kv_cache.py` lays them out: (rows, length)."""
     values = store[:, 0, :, 0]  # (sentences, length * group)
     if mask is None:  # one row per sentence: every entry is its own
         return values
@@ -52,3 +52,17 @@ def onednn_shapes(monkeypatch) -> list[tuple]:
 
     monkeypatch.setattr(linear_module, "_onednn_linear", spy)
     return shapes
+
+
+@pytest.fixture(params=[False, True], ids=["fresh memory", "kept buffers"])
+def store_buffers(request):
+    """For a test's one shared decoding cache (`fast/kv_cache.py`): None (fresh memory), or
+    `StoreBuffers` claimed for it (`fast/buffers.py`)."""
+    if not request.param:
+        yield None
+        return
+    from aiayn.fast.buffers import StoreBuffers
+
+    kept = StoreBuffers()
+    with kept.claim():
+        yield kept

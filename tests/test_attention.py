@@ -1,16 +1,11 @@
 import pytest
 import torch
 
-from aiayn.fast.cache import BufferedLayerCache, StoreBuffers
-from aiayn.model.attention import (
-    MultiHeadAttention,
-    ScaledDotProductAttention,
-    attend_mask,
-    attention_weights,
-)
-from aiayn.model.cache import KVCache, LayerCache
+import torch.nn.functional as F
+
+from aiayn.model.attention import MultiHeadAttention, attend_mask, attention_weights
 from aiayn.model.transformer import Transformer
-from conftest import own_histories, tiny_model_config
+from conftest import tiny_model_config
 
 
 def test_eq1_by_hand_with_padding():
@@ -20,7 +15,7 @@ def test_eq1_by_hand_with_padding():
     scores = q @ k.transpose(-1, -2) / 5**0.5
     scores[1, :, :, 4:] = float("-inf")
     expected = scores.softmax(-1) @ v
-    torch.testing.assert_close(ScaledDotProductAttention()(q, k, v, mask), expected)
+    torch.testing.assert_close(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), expected)
     weights = attention_weights(q, k, mask)
     assert weights[1, :, :, 4:].abs().max() == 0
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 4))
@@ -55,40 +50,24 @@ def test_cached_decoding_equals_recomputing_the_prefix(norm):
     assert cache.length == tgt.size(1)
 
 
-@pytest.fixture(params=[False, True], ids=["core cache", "fast cache, kept buffers"])
-def layer_cache(request):
-    """A maker of one decoder layer's cache: the core's `LayerCache`, or the fast path's
-    `BufferedLayerCache` over `StoreBuffers` claimed for the test's one cache: every cache
-    behaviour holds for both."""
-    if not request.param:
-        yield lambda index: LayerCache()
-        return
-    kept = StoreBuffers()
-    with kept.claim():
-        yield lambda index: BufferedLayerCache(index=index, buffers=kept)
-
-
-def new_cache(model, src_pad, layer_cache) -> KVCache:
-    return KVCache([layer_cache(i) for i in range(len(model.decoder))], src_pad)
-
-
 @torch.no_grad()
-def test_cache_follows_widening_reorders_multi_token_steps_and_leaving_sentences(layer_cache):
+def test_cache_follows_widening_reorders_multi_token_steps_and_leaving_sentences():
     """Against decoding each chosen prefix from scratch: the beam widening after two
-    positions, a reorder within each sentence's block, two positions fed at once, a change
-    in rows per sentence, and a sentence leaving. The encoder-decoder keys stay one row per
-    sentence throughout."""
+    positions, a reorder among the rows, two positions fed at once, three rows per sentence,
+    and a sentence leaving (its rows dropped). Every stored tensor has one row per
+    hypothesis, the encoder-decoder keys and the source mask included."""
     model = Transformer(tiny_model_config()).eval()
     src = torch.tensor([[5, 6, 7, 3], [9, 10, 3, 0]])
     src_pad = model.pad_mask(src)
     memory = model.encode(src, src_pad)
-    cache = new_cache(model, src_pad, layer_cache)
+    cache = model.new_cache(src_pad)
 
     def check(tokens, prefixes, sentence):
         step = model.decode(torch.tensor(tokens), None, cache.src_pad_mask, cache)
         new = len(tokens[0])
         ref = model.decode(torch.tensor(prefixes), memory[sentence], src_pad[sentence])
         torch.testing.assert_close(step, ref[:, -new:], atol=1e-5, rtol=1e-5)
+        assert cache.layers[0].cross_k.size(0) == len(tokens) == cache.src_pad_mask.size(0)
 
     model.decode(torch.tensor([[2], [2]]), memory, src_pad, cache)
     check([[4], [5]], [[2, 4], [2, 5]], [0, 1])
@@ -97,37 +76,31 @@ def test_cache_follows_widening_reorders_multi_token_steps_and_leaving_sentences
     cache.reorder(torch.tensor([1, 0, 3, 3]))
     prefixes = [[2, 4, 7, 10, 11], [2, 4, 6, 12, 13], [2, 5, 9, 14, 15], [2, 5, 9, 16, 17]]
     check([[10, 11], [12, 13], [14, 15], [16, 17]], prefixes, [0, 0, 1, 1])
-    assert cache.layers[0].cross_k.size(0) == 2  # (sentences, heads, src_len, d_k)
-    layer = cache.layers[0]
-    if isinstance(layer, BufferedLayerCache):  # contiguous, for `decoding_attention`
-        assert layer.cross_k.is_contiguous() and layer.cross_v.is_contiguous()
-    # 3 rows per sentence, each with its own history: the entries are laid out again.
-    cache.reorder(torch.tensor([1, 0, 1, 3, 2, 3]))
+    cache.reorder(torch.tensor([1, 0, 1, 3, 2, 3]))  # 3 rows per sentence
     p = prefixes
     tokens = [[18], [19], [20], [21], [22], [4]]
     prefixes = [p[1] + [18], p[0] + [19], p[1] + [20], p[3] + [21], p[2] + [22], p[3] + [4]]
     check(tokens, prefixes, [0, 0, 0, 1, 1, 1])
-    # Sentence 0 is done, sentence 1 keeps 2 of its rows: both at once.
-    cache.reorder(torch.tensor([4, 3]), sentences=torch.tensor([1]))
+    cache.reorder(torch.tensor([4, 3]))  # sentence 0 is done, sentence 1 keeps 2 rows
     check([[5], [6]], [prefixes[4] + [5], prefixes[3] + [6]], [1, 1])
-    assert cache.layers[0].cross_k.size(0) == 1
-    assert cache.src_pad_mask.tolist() == src_pad[1:].tolist()
+    assert cache.src_pad_mask.tolist() == src_pad[[1, 1]].tolist()
+    assert cache.length == 7  # bos, then 1 + 1 + 2 + 1 + 1 positions
 
 
-def test_reorders_compose_and_move_no_stored_entry(layer_cache):
-    """Two reorders before a step act as one; they rewrite the ancestry, not the store."""
-    one_sentence = torch.zeros(1, 1, dtype=torch.bool)
-    cache = KVCache([layer_cache(0)], one_sentence)
-    cache.advance(rows=4, new=1)
-    first = torch.arange(4).view(4, 1, 1, 1)  # (rows, 1, heads, d): row i holds i
-    cache.layers[0].extend(first, first)
-    cache.reorder(torch.tensor([3, 3, 1, 0]))
-    cache.reorder(torch.tensor([2, 0, 1, 1]))  # -> original rows [1, 3, 3, 3]
-    cache.advance(rows=4, new=1)
-    k, v, mask = cache.layers[0].extend(torch.full((4, 1, 1, 1), 9), torch.full((4, 1, 1, 1), 9))
-    assert own_histories(k, mask).tolist() == [[1, 9], [3, 9], [3, 9], [3, 9]]
-    assert k[0, 0, :4, 0].tolist() == [0, 1, 2, 3] and torch.equal(k, v)  # entries stay put
-    assert cache.pending is None and cache.slots.tolist() == [[1, 0], [3, 1], [3, 2], [3, 3]]
+@torch.no_grad()
+def test_a_windowed_cache_keeps_only_the_positions_a_later_query_can_see():
+    """Restricted self-attention (sec. 4) with window 2: each layer stores the last 2
+    positions, and decoding step by step equals decoding the whole prefix."""
+    model = Transformer(tiny_model_config(attention_window=2)).eval()
+    src, tgt = torch.tensor([[5, 6, 7, 3]]), torch.tensor([[2, 4, 5, 6, 7, 8, 9]])
+    src_pad = model.pad_mask(src)
+    memory = model.encode(src, src_pad)
+    full = model.decode(tgt, memory, src_pad)  # (1, 7, d_model)
+    cache = model.new_cache(src_pad)
+    steps = [model.decode(tgt[:, :3], memory, src_pad, cache)]  # three at once, then one by one
+    steps += [model.decode(tgt[:, t : t + 1], memory, src_pad, cache) for t in range(3, 7)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert cache.layers[0].self_k.size(2) == 2
 
 
 def test_attention_dropout_applies_in_training_only():

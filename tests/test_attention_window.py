@@ -18,7 +18,6 @@ from aiayn.attention_view import capture_weights
 from aiayn.config import ConfigError, DecodeConfig, ModelConfig
 from aiayn.decode.search import beam_search, greedy_search
 from aiayn.decode.strategy import length_penalty
-from aiayn.fast.search import FastSearch
 from aiayn.model.attention import attend_mask
 from aiayn.model.transformer import Transformer
 from aiayn.model.window import windowed_attention
@@ -93,16 +92,15 @@ def _log_prob(model, src, content):
 @torch.no_grad()
 def test_cached_greedy_decoding_equals_recomputing_the_prefix(use_fast):
     model = Transformer(tiny_model_config(attention_window=2)).eval()
-    options = {}
+    config = DecodeConfig(beam=1, max_len_offset=6)
     if use_fast:
         core = copy.deepcopy(model)
-        model = fast.apply(model)
+        model, search = fast.for_inference(model)
         tgt_in = torch.tensor([[BOS, 5, 6, 7, 8, 9, 10, 11]] * 2)
         torch.testing.assert_close(model(SRC, tgt_in), core(SRC, tgt_in))  # training's path
-        with FastSearch("cpu").options(model) as options:
-            hyps = greedy_search(model, SRC, DecodeConfig(max_len_offset=6), **options)
+        hyps = [found[0] for found in search(SRC, config)]  # greedy at beam 1
     else:
-        hyps = greedy_search(model, SRC, DecodeConfig(max_len_offset=6))
+        hyps = greedy_search(model, SRC, config)
     for i, hyp in enumerate(hyps):
         row = SRC[i : i + 1, : int(SRC[i].ne(PAD).sum())]
         max_len, tgt = row.size(1) + 6, [BOS]
@@ -148,9 +146,8 @@ def test_beam_search_with_a_window_is_the_same_on_the_fast_path():
     model = Transformer(tiny_model_config(attention_window=2)).eval()
     config = DecodeConfig(beam=3, nbest=3, max_len_offset=8)
     core = beam_search(model, SRC, config)
-    quick = fast.apply(copy.deepcopy(model))
-    with FastSearch("cpu").options(quick) as options:
-        found = beam_search(quick, SRC, config, **options)
+    _, search = fast.for_inference(copy.deepcopy(model))
+    found = search(SRC, config)
     tokens = [[h.tokens for h in hyps] for hyps in core]
     assert [[h.tokens for h in hyps] for hyps in found] == tokens
     for a, b in zip(itertools.chain(*found), itertools.chain(*core)):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from aiayn.average import average_checkpoints, average_weights, last_checkpoints
-from aiayn.checkpoint import load_checkpoint, read_weights
+from aiayn.checkpoint import Checkpoint, load_checkpoint
 from aiayn.cli import main
 from aiayn.errors import CheckpointError
 from aiayn.checkpoint import save_checkpoint
@@ -27,10 +27,10 @@ def save_tiny_checkpoint(path, seed: int = 0, **model):
 def test_two_checkpoints_average_to_their_mean(tmp_path):
     a = save_tiny_checkpoint(tmp_path / "a", seed=1)
     b = save_tiny_checkpoint(tmp_path / "b", seed=2)
-    wa, wb = read_weights(a), read_weights(b)
+    wa, wb = Checkpoint(a).read_weights(), Checkpoint(b).read_weights()
     assert any(not torch.equal(wa[k], wb[k]) for k in wa)
     out = average_checkpoints([a, b], tmp_path / "avg")
-    averaged = read_weights(out)
+    averaged = Checkpoint(out).read_weights()
     for name in wa:
         torch.testing.assert_close(averaged[name], (wa[name] + wb[name]) / 2)
     loaded = load_checkpoint(out)  # a plain checkpoint: translate can load it
@@ -40,7 +40,7 @@ def test_two_checkpoints_average_to_their_mean(tmp_path):
 def test_averaging_one_checkpoint_is_the_identity(tmp_path):
     a = save_tiny_checkpoint(tmp_path / "a")
     for name, tensor in average_weights([a]).items():
-        assert torch.equal(tensor, read_weights(a)[name])
+        assert torch.equal(tensor, Checkpoint(a).read_weights()[name])
 
 
 def test_different_architectures_are_refused_with_the_difference_named(tmp_path):
@@ -58,7 +58,7 @@ def test_cli_last_n_of_a_run_and_inputs(tmp_path, capsys):
     assert [p.name for p in last_checkpoints(tmp_path / "run", 2)] == ["step-000002", "step-000003"]
     assert main(["average", "--last", "2", str(tmp_path / "run"), "--out", str(tmp_path / "avg")]) == 0
     expected = average_weights([run / "step-000002", run / "step-000003"])
-    for name, tensor in read_weights(tmp_path / "avg").items():
+    for name, tensor in Checkpoint(tmp_path / "avg").read_weights().items():
         assert torch.equal(tensor, expected[name])
     assert main(["average", "--last", "4", str(tmp_path / "run"), "--out", str(tmp_path / "x")]) == 2
     assert "3 step checkpoint(s) found, 4 asked for" in capsys.readouterr().err
@@ -76,13 +76,13 @@ def test_an_output_that_holds_an_input_is_refused_and_left_as_it_was(tmp_path, c
     run = tmp_path / "run" / "checkpoints"
     for step in (1, 2):
         save_tiny_checkpoint(run / f"step-{step:06d}", seed=step)
-    before = read_weights(run / "step-000001")
+    before = Checkpoint(run / "step-000001").read_weights()
     for out in (tmp_path / "run", run / "step-000001"):
         args = ["average", "--last", "2", str(tmp_path / "run"), "--out", str(out), "--force"]
         assert main(args) == 2
         assert f"{out}: is or holds the input checkpoint" in capsys.readouterr().err
     assert sorted(p.name for p in run.iterdir()) == ["step-000001", "step-000002"]
-    for name, tensor in read_weights(run / "step-000001").items():
+    for name, tensor in Checkpoint(run / "step-000001").read_weights().items():
         assert torch.equal(tensor, before[name])
 
 

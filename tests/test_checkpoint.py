@@ -9,13 +9,14 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
+import aiayn.atomic_dir as atomic_dir
 import aiayn.checkpoint as checkpoint
 from aiayn.checkpoint import (
     SHARED_VOCAB,
     WEIGHTS,
     load_checkpoint,
     model_weights,
-    read_trainer_state,
+    Checkpoint,
     save_checkpoint,
 )
 from aiayn.config import Config
@@ -79,7 +80,7 @@ def test_non_finite_weights_are_refused_and_the_old_checkpoint_survives(tmp_path
 
 def test_a_foreign_checkpoints_non_finite_weights_or_odd_version_are_named(tmp_path, vocab):
     path, model, config = _saved(tmp_path, vocab)
-    weights = checkpoint.read_weights(path)
+    weights = Checkpoint(path).read_weights()
     weights["encoder.0.ffn.w_1.weight"][0, 0] = float("inf")
     save_file(weights, str(path / WEIGHTS))  # written by something other than aiayn
     _as_if_written_elsewhere(path)
@@ -193,12 +194,12 @@ def test_trainer_state_round_trip_and_absence(tmp_path, vocab):
     model = Transformer(config.model)
     state = {"step": 3, "rng": [1, 2]}
     tensors = {"adam.0.exp_avg": torch.randn(3)}
-    path = save_checkpoint(tmp_path / "c", model, config, vocab, vocab, None, state, tensors)
-    got_state, got_tensors = read_trainer_state(path)
+    path = save_checkpoint(tmp_path / "c", model, config, vocab, vocab, None, (state, tensors))
+    got_state, got_tensors = Checkpoint(path).trainer_state
     assert got_state == state and torch.equal(got_tensors["adam.0.exp_avg"], tensors["adam.0.exp_avg"])
     plain, _, _ = _saved(tmp_path, vocab)
     with pytest.raises(CheckpointError, match="no trainer state"):
-        read_trainer_state(plain)
+        Checkpoint(plain).trainer_state
 
 
 def _plant_pickles(directory, marker):
@@ -256,7 +257,7 @@ def test_a_failed_final_rename_puts_the_previous_checkpoint_back(tmp_path, vocab
             raise OSError(errno.EIO, os.strerror(errno.EIO))
         real_replace(src, dst)
 
-    monkeypatch.setattr(checkpoint.os, "replace", replace)
+    monkeypatch.setattr(atomic_dir.os, "replace", replace)
     with pytest.raises(CheckpointError, match="cannot write the checkpoint"):
         save_checkpoint(path, model, config, vocab, vocab, meta={"step": 8})
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
@@ -277,7 +278,7 @@ def test_ctrl_c_between_the_two_renames_puts_the_previous_checkpoint_back(
             raise KeyboardInterrupt
         real_replace(src, dst)
 
-    monkeypatch.setattr(checkpoint.os, "replace", replace)
+    monkeypatch.setattr(atomic_dir.os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
         save_checkpoint(path, model, config, vocab, vocab, meta={"step": 8})
     assert {p.name: p.read_bytes() for p in path.iterdir()} == before
@@ -287,9 +288,9 @@ def test_ctrl_c_between_the_two_renames_puts_the_previous_checkpoint_back(
 def test_a_checkpoint_a_killed_process_left_aside_is_put_back_not_deleted(tmp_path, vocab):
     # SIGKILL between the two renames leaves the only copy under `.NAME.old-PID`; a run's
     # start cleans its temporaries, and must first put such a checkpoint back.
-    from aiayn.train.checkpoints import RunCheckpoints
+    from aiayn.train.run_dir import RunDir
 
-    runs = RunCheckpoints(tmp_path, keep_last=5)
+    runs = RunDir(tmp_path, keep_last=5, resume_from=None)
     config = Config(model=tiny_model_config(vocab_size=vocab.size))
     best = save_checkpoint(runs.dir / "best", Transformer(config.model), config, vocab, vocab)
     weights = (best / WEIGHTS).read_bytes()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aiayn.checkpoint import read_weights
+from aiayn.checkpoint import Checkpoint
 from aiayn.config import save_yaml
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.binarize import BinarizedDataset
@@ -69,8 +69,8 @@ def test_two_ranks_equal_one_process_with_twice_the_accumulation(tmp_path, compi
     assert len(digests) == 2 and digests[0] == digests[1]  # the ranks hold identical weights
 
     single = train(tiny_config(data, tmp_path / "one", *common, "train.accum_steps=2"))
-    ddp = read_weights(tmp_path / "ddp" / "checkpoints" / "step-000003")
-    one = read_weights(single.final_checkpoint)
+    ddp = Checkpoint(tmp_path / "ddp" / "checkpoints" / "step-000003").read_weights()
+    one = Checkpoint(single.final_checkpoint).read_weights()
     for name, tensor in one.items():
         torch.testing.assert_close(ddp[name], tensor, rtol=0, atol=1e-5)
     # Adam hides a constant gradient scale; the logged gradient norms and losses do not

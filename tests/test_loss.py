@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from aiayn.train.loss import label_smoothed_loss
+from aiayn.loss import label_smoothed_loss
 
 
 def test_equals_a_hand_computed_value() -> None:

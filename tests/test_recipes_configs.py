@@ -8,7 +8,7 @@ import torch
 
 from aiayn.config import load_config, preset
 from aiayn.model.transformer import Transformer
-from aiayn.train.loss import label_smoothed_loss
+from aiayn.loss import label_smoothed_loss
 from aiayn.train.schedule import make_optimizer, noam_lr, set_lr
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"

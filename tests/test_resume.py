@@ -16,12 +16,12 @@ import pytest
 import torch
 
 import aiayn.checkpoint as checkpoint
-import aiayn.train.run_state as run_state
-from aiayn.checkpoint import read_trainer_state, read_weights
+import aiayn.train.resume as run_state
+from aiayn.checkpoint import Checkpoint
 from aiayn.cli import main
 from aiayn.config import save_yaml
 from aiayn.errors import ConfigError
-from aiayn.train.checkpoints import resume_candidates, step_checkpoints, step_name
+from aiayn.train.run_dir import resume_candidates, step_checkpoints, step_name
 from aiayn.train.trainer import train
 from tiny_run import one_thread, prepared_data, tiny_config  # noqa: F401 (autouse fixture)
 
@@ -43,17 +43,17 @@ def test_ten_plus_ten_updates_equal_twenty_bit_for_bit(data, tmp_path, monkeypat
     assert first.steps == 10
     second = train(tiny_config(data, tmp_path / "split", *EXACT), resume=tmp_path / "split")
     assert second.steps == 20
-    a, b = read_weights(whole.final_checkpoint), read_weights(second.final_checkpoint)
+    a, b = Checkpoint(whole.final_checkpoint).read_weights(), Checkpoint(second.final_checkpoint).read_weights()
     assert all(torch.equal(a[name], b[name]) for name in a)
-    state_a, tensors_a = read_trainer_state(whole.final_checkpoint)
-    state_b, tensors_b = read_trainer_state(second.final_checkpoint)
+    state_a, tensors_a = Checkpoint(whole.final_checkpoint).trainer_state
+    state_b, tensors_b = Checkpoint(second.final_checkpoint).trainer_state
     assert state_a["sampler"] == state_b["sampler"] and state_a["rng"] == state_b["rng"]
     assert all(torch.equal(tensors_a[name], tensors_b[name]) for name in tensors_a)
     # the test has teeth: without the RNG states (dropout masks) the weights differ
     monkeypatch.setattr(run_state, "restore_rng", lambda *args: torch.manual_seed(123))
     other = train(tiny_config(data, tmp_path / "split", *EXACT, "train.out_dir=" +
                               str(tmp_path / "other")), resume=first.final_checkpoint)  # fmt: skip
-    c = read_weights(other.final_checkpoint)
+    c = Checkpoint(other.final_checkpoint).read_weights()
     assert not all(torch.equal(a[name], c[name]) for name in a)
 
 
@@ -152,8 +152,8 @@ def _same_as_reference(out: Path, reference: Path) -> list[int]:
     if (out / "checkpoints" / "best").is_dir():
         kept.append(out / "checkpoints" / "best")
     for path in kept:
-        step = checkpoint.read_meta(path)["step"]
-        ours, theirs = read_weights(path), read_weights(reference / step_name(step))
+        step = Checkpoint(path).meta["step"]
+        ours, theirs = Checkpoint(path).read_weights(), Checkpoint(reference / step_name(step)).read_weights()
         assert all(torch.equal(ours[name], theirs[name]) for name in theirs), path
     return [step for step, _ in saved]
 
@@ -182,7 +182,7 @@ def test_sigkill_at_each_moment_loses_nothing_and_the_resumed_run_is_exact(data,
     assert not (ckpts / "best").exists() and len(list(ckpts.glob(".best.old-*"))) == 1
     _killed_at("validation", 2, resume)  # the old best/ put back; update 6's validation
     assert _same_as_reference(out, reference) == [4, 5]
-    assert checkpoint.read_meta(ckpts / "best")["step"] == 3 and not list(ckpts.glob(".*"))
+    assert Checkpoint(ckpts / "best").meta["step"] == 3 and not list(ckpts.glob(".*"))
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
     assert [(r["event"], r["step"]) for r in log[-2:]] == [("start", 5), ("train", 6)]
     _killed_at("pruning", 5, resume)  # updates 6-7, then step 5 pruned (keep_last 2)
@@ -191,8 +191,8 @@ def test_sigkill_at_each_moment_loses_nothing_and_the_resumed_run_is_exact(data,
 
     result = train(tiny_config(data, out, *KILLED, f"train.max_steps={end}"), resume=out)
     assert result.steps == end and _same_as_reference(out, reference) == [end - 1, end]
-    state, tensors = read_trainer_state(ckpts / step_name(end))
-    state_ref, tensors_ref = read_trainer_state(reference / step_name(end))
+    state, tensors = Checkpoint(ckpts / step_name(end)).trainer_state
+    state_ref, tensors_ref = Checkpoint(reference / step_name(end)).trainer_state
     assert state["sampler"] == state_ref["sampler"] and state["rng"] == state_ref["rng"]
     assert all(torch.equal(tensors[name], tensors_ref[name]) for name in tensors_ref)
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
@@ -214,7 +214,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_130(data, tmp_path):
     end = json.loads((out / "train_log.jsonl").read_text().splitlines()[-1])
     assert end["event"] == "end" and end["stopped"] == "interrupted"
     newest = resume_candidates(out)[0]
-    assert read_trainer_state(newest)[0]["loop"]["step"] == end["step"]
+    assert Checkpoint(newest).trainer_state[0]["loop"]["step"] == end["step"]
 
 
 def test_disk_full_mid_run_stops_clearly_and_the_last_checkpoint_resumes(
@@ -246,7 +246,7 @@ def test_the_trainer_uses_fused_adam_and_resumes_a_per_parameter_adams_state():
     takes the same step."""
     from aiayn.config import TrainConfig
     from aiayn.train.schedule import make_optimizer
-    from aiayn.train.state import optimizer_from_json, optimizer_to_json
+    from aiayn.train.state_json import optimizer_from_json, optimizer_to_json
 
     torch.manual_seed(0)
     start = [torch.randn(5, 3), torch.randn(7)]
@@ -313,7 +313,7 @@ def test_resuming_an_older_checkpoint_sets_the_newer_ones_aside(data, tmp_path):
     run, ckpts = tmp_path / "run", tmp_path / "run" / "checkpoints"
     train(tiny_config(data, run, "train.max_steps=6", "train.save_every_steps=2",
                       "train.keep_last=2", "train.valid_every_steps=6"))  # fmt: skip
-    step6, best = read_weights(ckpts / "step-000006"), read_weights(ckpts / "best")
+    step6, best = Checkpoint(ckpts / "step-000006").read_weights(), Checkpoint(ckpts / "best").read_weights()
     aside = ckpts / "abandoned-after-step-000004"
     with pytest.warns(UserWarning, match=f"moved the newer step-000006, best to {aside}"):
         again = train(tiny_config(data, run, "train.max_steps=5", "train.save_every_steps=1",
@@ -323,7 +323,7 @@ def test_resuming_an_older_checkpoint_sets_the_newer_ones_aside(data, tmp_path):
     assert resume_candidates(run)[0] == ckpts / "step-000005"
     assert sorted(p.name for p in aside.iterdir()) == ["best", "step-000006"]  # nothing lost
     for kept, saved in ((aside / "step-000006", step6), (aside / "best", best)):
-        assert all(torch.equal(t, saved[name]) for name, t in read_weights(kept).items())
+        assert all(torch.equal(t, saved[name]) for name, t in Checkpoint(kept).read_weights().items())
 
 
 @pytest.mark.parametrize(
@@ -365,7 +365,7 @@ def test_a_resume_takes_adams_betas_and_eps_from_its_config_and_says_so(data, tm
     # new checkpoints records the overrides, so they must be what the updates use.
     from aiayn.config import TrainConfig
     from aiayn.train.schedule import make_optimizer
-    from aiayn.train.state import optimizer_from_json, optimizer_to_json
+    from aiayn.train.state_json import optimizer_from_json, optimizer_to_json
 
     params = [torch.randn(3, requires_grad=True)]
     saved = make_optimizer(params, TrainConfig())

@@ -15,7 +15,7 @@ from aiayn.decode.search import beam_search, greedy_search
 from aiayn.decode.strategy import BeamStrategy, length_penalty
 from aiayn.model.cache import KVCache, LayerCache
 from aiayn.model.transformer import Transformer
-from conftest import own_histories, tiny_model_config
+from conftest import tiny_model_config
 
 PAD, UNK, BOS, EOS, A, B = range(6)
 
@@ -144,10 +144,10 @@ class FakeModel:
         return KVCache([LayerCache()], src_pad_mask)
 
     def decode(self, tgt_in, memory, src_pad_mask, cache):
-        cache.advance(tgt_in.size(0), 1)
-        step = tgt_in[:, :, None, None]  # (rows, 1, 1, 1): the token as a one-head "key"
-        store, _, mask = cache.layers[0].extend(step, step)
-        history = own_histories(store, mask)  # (rows, 1 + prefix)
+        step = tgt_in[:, None, :, None]  # (rows, 1, 1, 1): the token as a one-head "key"
+        store, _ = cache.layers[0].extend(step, step)  # (rows, 1, 1 + prefix, 1)
+        history = store[:, 0, :, 0].long()  # (rows, 1 + prefix)
+        cache.length += 1
         self.rows.append(tgt_in.size(0))
         probs = [self.table.get(tuple(h[1:]), self.default) for h in history.tolist()]
         logp = [[math.log(p) if p > 0 else -math.inf for p in row] for row in probs]

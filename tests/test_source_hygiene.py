@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "aiayn"
-CORE = [SRC / "model", SRC / "decode", SRC / "train" / "loss.py"]
+CORE = [SRC / "model", SRC / "decode", SRC / "loss.py"]
 
 FORBIDDEN = {
     "a date": r"\b20\d\d-\d\d-\d\d\b",
@@ -67,6 +67,7 @@ def test_the_core_is_stock_pytorch():
 
 def test_the_core_stays_small_enough_to_read_in_an_afternoon():
     model = sum(len(f.read_text().splitlines()) for f in (SRC / "model").rglob("*.py"))
-    loss = len((SRC / "train" / "loss.py").read_text().splitlines())
-    # 760, not 700: restricted self-attention (sec. 4, `model/window.py`) came as a new concept.
-    assert model <= 760 and loss <= 120, (model, loss)
+    loss = len((SRC / "loss.py").read_text().splitlines())
+    # Restricted self-attention (sec. 4, `model/window.py`) included; the decoding cache is
+    # the textbook one (the shared cache is a fast piece, `fast/kv_cache.py`).
+    assert model <= 620 and loss <= 120, (model, loss)

@@ -14,7 +14,7 @@ import train_speed  # noqa: E402
 
 from aiayn.config import ModelConfig  # noqa: E402
 from aiayn.model.transformer import Transformer  # noqa: E402
-from aiayn.train.loss import label_smoothed_loss  # noqa: E402
+from aiayn.loss import label_smoothed_loss  # noqa: E402
 
 torch.set_num_threads(1)
 

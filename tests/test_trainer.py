@@ -13,16 +13,16 @@ import torch
 
 import aiayn.fast.loss as loss_module
 import aiayn.train.trainer as trainer_module
-from aiayn.checkpoint import load_checkpoint, read_weights
+from aiayn.checkpoint import Checkpoint, load_checkpoint
 from aiayn.cli import main
 from aiayn.config import save_yaml
 from aiayn.errors import CheckpointError, ConfigError, DataError, TrainingError
 from aiayn.train import distributed
-from aiayn.train.loss import label_smoothed_loss
+from aiayn.loss import label_smoothed_loss
 from aiayn.train.trainer import Trainer, train
 from aiayn.model.transformer import Transformer
 from aiayn.fast.loss import ChunkedRealTokenLoss
-from aiayn.train.loss import RealTokenLoss
+from aiayn.loss import RealTokenLoss
 from aiayn.train.validate import real_positions
 
 CHUNKED_FORWARD = ChunkedRealTokenLoss.forward  # the trainer's loss, as tests patch it
@@ -151,11 +151,13 @@ def test_auto_precision_is_bf16_where_the_cpu_multiplies_it(data, tmp_path, monk
     assert start["precision"] == ("bf16" if native else "fp32")
 
 
-def test_resolve_precision_keeps_explicit_choices():
+def test_resolve_precision_keeps_explicit_choices_and_refuses_fp16_off_a_gpu():
     from aiayn.device import resolve_precision
 
-    for precision in ("fp32", "bf16", "fp16"):
+    for precision in ("fp32", "bf16"):
         assert resolve_precision(precision, torch.device("cpu")) == precision
+    with pytest.raises(ConfigError, match="fp16 needs a CUDA GPU"):
+        resolve_precision("fp16", torch.device("cpu"))
 
 
 def _nan_after(calls: list[int], first_bad: int, last_bad: float = math.inf):
@@ -182,7 +184,7 @@ def test_a_non_finite_loss_skips_its_update(data, tmp_path, monkeypatch):
     assert result.steps == 10 and len(calls) == 2 * 11  # one update more: the skipped one
     skips = [r for r in log_lines(tmp_path) if r["event"] == "skip"]
     assert [(r["step"], r["in_a_row"]) for r in skips] == [(3, 1)]
-    weights = read_weights(result.final_checkpoint)
+    weights = Checkpoint(result.final_checkpoint).read_weights()
     assert all(t.isfinite().all() for t in weights.values())
 
 
@@ -316,8 +318,9 @@ def test_train_compile_runs_the_loss_compiled(data, tmp_path, monkeypatch):
 def test_training_and_validation_losses_run_in_the_attention_kernel_preference(
     data, tmp_path, monkeypatch
 ):
-    """`train.attention_kernel` reaches `kernel_preference`, around every loss the trainer
-    computes: the updates' and the dev loss's (on a CPU the preference itself is a no-op)."""
+    """`train.attention_kernel` reaches `kernel_preference`, around the network of every
+    loss the trainer computes (the fast loss enters it): the updates' and the dev loss's (on
+    a CPU the preference itself is a no-op)."""
     entered, inside, calls = [], [], []
 
     @contextlib.contextmanager
@@ -327,12 +330,14 @@ def test_training_and_validation_losses_run_in_the_attention_kernel_preference(
         yield
         inside.pop()
 
-    def loss(self, *args):
-        calls.append(bool(inside))
-        return CHUNKED_FORWARD(self, *args)
+    hidden = loss_module.real_token_hidden
 
-    monkeypatch.setattr(trainer_module, "kernel_preference", preference)
-    monkeypatch.setattr(ChunkedRealTokenLoss, "forward", loss)
+    def network(*args):
+        calls.append(bool(inside))
+        return hidden(*args)
+
+    monkeypatch.setattr(loss_module, "kernel_preference", preference)
+    monkeypatch.setattr(loss_module, "real_token_hidden", network)
     config = tiny_config(data, tmp_path / "run", "train.attention_kernel=math",
                          "train.max_steps=2", "train.valid_every_steps=1")  # fmt: skip
     train(config)

@@ -174,7 +174,7 @@ def test_initialisation_is_xavier_per_projection_and_normal_for_embeddings():
         ffn = layer.ffn
         _assert_xavier_uniform(ffn.w_1.weight, "w_1")
         _assert_xavier_uniform(ffn.w_2.weight, "w_2")
-    biases = [m.bias for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    biases = [m.bias for m in model.modules() if isinstance(m, torch.nn.Linear) and m.bias is not None]
     assert biases and all(torch.equal(b, torch.zeros_like(b)) for b in biases)
     # normal(0, d_model^-0.5): unit-variance entries once scaled by sqrt(d_model) (sec. 3.4)
     assert model.src_embed.weight.std().item() == pytest.approx(d**-0.5, rel=0.05)

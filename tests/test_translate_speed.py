@@ -16,7 +16,6 @@ from aiayn.config import ModelConfig  # noqa: E402
 from aiayn.data.vocab import EOS_ID  # noqa: E402
 from aiayn.model.transformer import Transformer  # noqa: E402
 from aiayn import fast  # noqa: E402
-from aiayn.fast.int8 import quantize_int8  # noqa: E402
 
 
 def tiny_model() -> Transformer:
@@ -30,13 +29,13 @@ SENTS = [[5, 9, 13, 2], [7, 11, 2], [4, 6, 8, 10, 12, 2]]  # eos-terminated, une
 
 
 def test_cached_scores_equal_teacher_forced_ones():
-    model = tiny_model()
+    model = fast.for_inference(tiny_model()).model
     src = translate_speed.padded(SENTS, "cpu")
     gen = torch.Generator().manual_seed(3)
     tgt = torch.randint(4, translate_speed.VOCAB, (len(SENTS), 7), generator=gen)
     forced = translate_speed.aiayn_logp(model, src, tgt)  # (batch, 8)
     cached = translate_speed.aiayn_cached_logp(
-        model, src, tgt, translate_speed.aiayn_search("aiayn_float32", "cpu")
+        model, src, tgt, translate_speed.aiayn_search("aiayn_float32", model)
     )
     assert cached.shape == forced.shape == (len(SENTS), 8)
     torch.testing.assert_close(cached, forced, atol=1e-5, rtol=0)
@@ -44,8 +43,8 @@ def test_cached_scores_equal_teacher_forced_ones():
 
 def test_agreement_reports_each_aiayn_system_through_its_cache():
     model = tiny_model()
-    systems = {"aiayn_float32": fast.apply(model),
-               "aiayn_int8": quantize_int8(fast.apply(copy.deepcopy(model))),
+    systems = {"aiayn_float32": fast.for_inference(model).model,
+               "aiayn_int8": fast.for_inference(copy.deepcopy(model), int8=True).model,
                "ctranslate2_float32": None}  # fmt: skip
     diffs = translate_speed.agreement(systems, SENTS, 6, "cpu")
     assert set(diffs) == {"aiayn_int8", "aiayn_float32_cached", "aiayn_int8_cached"}
@@ -54,7 +53,7 @@ def test_agreement_reports_each_aiayn_system_through_its_cache():
 
 
 def test_agreement_stops_when_the_float32_cache_disagrees(monkeypatch):
-    model = tiny_model()
+    model = fast.for_inference(tiny_model()).model
     scored = translate_speed.aiayn_cached_logp
     monkeypatch.setattr(translate_speed, "aiayn_cached_logp",
                         lambda m, src, tgt, search: scored(m, src, tgt, search) + 0.01)  # fmt: skip

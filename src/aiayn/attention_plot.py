@@ -15,6 +15,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from aiayn.atomic_dir import umask
 from aiayn.attention_view import KINDS, AttentionMaps, explain, to_bertviz, to_json
 from aiayn.errors import ConfigError
 from aiayn.translate import Translator
@@ -60,17 +61,11 @@ def _write_atomic(path: Path, write) -> None:
     os.close(handle)
     try:
         write(Path(tmp))
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
         raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def check_options(fmt: str, kind: str, layer: int | None, n_layers: int) -> None:

@@ -12,21 +12,15 @@ else is refused with the difference named.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import (
-    read_config,
-    read_meta,
-    read_vocabs,
-    read_weights,
-    save_weights_checkpoint,
-)
-from aiayn.errors import CheckpointError
-from aiayn.train.checkpoints import checkpoints_dir, step_checkpoints
+from aiayn.checkpoint import Checkpoint, save_checkpoint
+from aiayn.config import model_differences
+from aiayn.errors import CheckpointError, ConfigError
+from aiayn.train.run_dir import checkpoints_dir, step_checkpoints
 
 
 def last_checkpoints(directory: str | Path, n: int) -> list[Path]:
@@ -50,16 +44,16 @@ def average_weights(paths: Sequence[str | Path]) -> dict[str, torch.Tensor]:
     Raises CheckpointError naming the first difference if the checkpoints do not share
     one architecture (config.model, tensor names and shapes) and one vocabulary.
     """
-    paths = [Path(p) for p in paths]
     if not paths:
         raise CheckpointError("no checkpoints to average")
-    first = paths[0]
-    _check_same_kind(paths)
-    first_weights = read_weights(first)
+    ckpts = [Checkpoint(p) for p in paths]
+    _check_same_kind(ckpts)
+    first = ckpts[0].path
+    first_weights = ckpts[0].read_weights()
     dtypes = {name: t.dtype for name, t in first_weights.items()}
     total = {name: t.to(torch.float64) for name, t in first_weights.items()}
-    for path in paths[1:]:
-        weights = read_weights(path)
+    for ckpt in ckpts[1:]:
+        path, weights = ckpt.path, ckpt.read_weights()
         _check_same_tensors(first, total, path, weights)
         for name, tensor in weights.items():
             if tensor.is_floating_point():
@@ -85,33 +79,22 @@ def average_checkpoints(paths: Sequence[str | Path], out: str | Path) -> Path:
             f"{out}: is or holds the input checkpoint {held[0]}; write the average elsewhere"
         )
     weights = average_weights(paths)
-    newest = paths[-1]
-    config = read_config(newest)
-    src_vocab, tgt_vocab = read_vocabs(newest, config)
-    meta = {
-        "step": read_meta(newest).get("step"),
-        "averaged_from": [str(p.resolve()) for p in paths],
-    }
-    return save_weights_checkpoint(out, weights, config, src_vocab, tgt_vocab, meta)
+    newest = Checkpoint(paths[-1])
+    meta = {"step": newest.meta.get("step"), "averaged_from": [str(p.resolve()) for p in paths]}
+    return save_checkpoint(out, weights, newest.config, *newest.vocabs, meta)
 
 
-def _check_same_kind(paths: list[Path]) -> None:
+def _check_same_kind(ckpts: list[Checkpoint]) -> None:
     """One config.model and one vocabulary for all."""
-    first = paths[0]
-    config = read_config(first)
-    vocabs = [v.sha256 for v in read_vocabs(first, config)]
-    for path in paths[1:]:
-        other = read_config(path)
-        if other.model != config.model:
-            ours, theirs = dataclasses.asdict(config.model), dataclasses.asdict(other.model)
-            diff = ", ".join(
-                f"model.{k}: {ours[k]} vs {theirs[k]}" for k in ours if ours[k] != theirs[k]
-            )
-            raise CheckpointError(
-                f"cannot average {first} and {path}: different architectures ({diff})"
-            )
-        if [v.sha256 for v in read_vocabs(path, other)] != vocabs:
-            raise CheckpointError(f"cannot average {first} and {path}: different vocabularies")
+    first = ckpts[0]
+    vocabs = [v.sha256 for v in first.vocabs]
+    for other in ckpts[1:]:
+        diff = model_differences(first.config.model, other.config.model)
+        if diff:
+            raise CheckpointError(f"cannot average {first.path} and {other.path}: different "
+                                  f"architectures ({', '.join(diff)})")  # fmt: skip
+        if [v.sha256 for v in other.vocabs] != vocabs:
+            raise CheckpointError(f"cannot average {first.path} and {other.path}: different vocabularies")
 
 
 def _check_same_tensors(first: Path, reference: dict, path: Path, weights: dict) -> None:
@@ -126,3 +109,19 @@ def _check_same_tensors(first: Path, reference: dict, path: Path, weights: dict)
                 f"cannot average {first} and {path}: {name} has shape "
                 f"{tuple(reference[name].shape)} vs {tuple(tensor.shape)}"
             )
+
+
+def average_run(
+    out: str | Path, last: int | None = None, directory: str | Path | None = None,
+    inputs: Sequence[str | Path] | None = None, force: bool = False,
+) -> list[Path]:  # fmt: skip
+    """`aiayn average`: the newest `last` step checkpoints of the run `directory`, or the
+    checkpoints `inputs`, averaged into `out` (which must not exist unless `force`);
+    -> the checkpoints averaged."""
+    if (last is None) == (inputs is None) or (last is not None) != (directory is not None):
+        raise ConfigError("give either --last N DIR, or --inputs CKPT [CKPT ...]")
+    if Path(out).exists() and not force:
+        raise ConfigError(f"{out}: already exists (use --force to replace it)")
+    paths = last_checkpoints(directory, last) if last is not None else [Path(p) for p in inputs]
+    average_checkpoints(paths, out)
+    return paths

@@ -10,21 +10,22 @@ A checkpoint directory holds everything `aiayn translate` needs and nothing it m
     trainer_state.json         (training checkpoints) scalars, RNG states, data position
     trainer_state.safetensors  (training checkpoints) optimizer tensors
 
-It is written under a temporary name in the same parent directory and renamed into place,
-so a crash never leaves a half-written checkpoint under the final name. Weights load only
-through safetensors and configs through `yaml.safe_load`: a pickle in the directory is
-never opened.
+It is written whole or not at all (`atomic_dir.new_directory`). Weights load only through
+safetensors and configs through `yaml.safe_load`: a pickle in the directory is never opened.
+
+    save_checkpoint(path, model, config, src_vocab, tgt_vocab, meta)   # the one way to save
+    ckpt = Checkpoint(path)          # opened once: its metadata read and checked
+    ckpt.config, ckpt.src_vocab, ckpt.trainer_state  # each read when first asked for
+    ckpt.read_weights()              # the weights, checked against their recorded digest
+    ckpt = load_checkpoint(path)     # opened, vocabularies read, `ckpt.model` built
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ import yaml
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from aiayn.atomic_dir import new_directory
 from aiayn.config import Config, from_dict, to_dict
 from aiayn.data.binarize import MANIFEST
 from aiayn.data.vocab import Vocab
@@ -49,17 +51,6 @@ SHARED_VOCAB, SRC_VOCAB, TGT_VOCAB = "vocab.model", "src_vocab.model", "tgt_voca
 TRAINER_JSON, TRAINER_TENSORS = "trainer_state.json", "trainer_state.safetensors"
 
 
-@dataclass
-class Checkpoint:
-    """A loaded checkpoint: the model (eval mode), its config, vocabularies and metadata."""
-
-    model: Transformer
-    config: Config
-    src_vocab: Vocab
-    tgt_vocab: Vocab
-    meta: dict[str, Any] = field(default_factory=dict)
-
-
 def model_weights(model: Transformer) -> dict[str, torch.Tensor]:
     """The state dict with each tied matrix once (under its first name), contiguous, on CPU."""
     seen: set[int] = set()
@@ -74,93 +65,158 @@ def model_weights(model: Transformer) -> dict[str, torch.Tensor]:
 
 def save_checkpoint(
     path: str | Path,
-    model: Transformer,
+    model: Transformer | dict[str, torch.Tensor],
     config: Config,
     src_vocab: Vocab,
     tgt_vocab: Vocab,
     meta: dict[str, Any] | None = None,
-    trainer_state: dict[str, Any] | None = None,
-    trainer_tensors: dict[str, torch.Tensor] | None = None,
+    trainer_state: tuple[dict[str, Any], dict[str, torch.Tensor]] | None = None,
 ) -> Path:
-    """Write a checkpoint directory atomically; refuses non-finite weights."""
-    weights = model_weights(model)
-    return save_weights_checkpoint(
-        path, weights, config, src_vocab, tgt_vocab, meta, trainer_state, trainer_tensors
-    )
-
-
-def save_weights_checkpoint(
-    path: str | Path,
-    weights: dict[str, torch.Tensor],
-    config: Config,
-    src_vocab: Vocab,
-    tgt_vocab: Vocab,
-    meta: dict[str, Any] | None = None,
-    trainer_state: dict[str, Any] | None = None,
-    trainer_tensors: dict[str, torch.Tensor] | None = None,
-) -> Path:
-    """`save_checkpoint` from a weights dict (e.g. an average of several checkpoints).
-    An existing `path` is replaced only if it is a checkpoint or an empty directory."""
+    """Write a checkpoint directory whole or not at all: `model`'s weights (or a weights
+    dict, e.g. an average of checkpoints), and `trainer_state` (JSON, tensors) for a resume.
+    Refuses non-finite weights; an existing `path` is replaced only if it is a checkpoint or
+    an empty directory. A failure (a full disk) is a CheckpointError; any previous one stays."""
+    weights = model_weights(model) if isinstance(model, Transformer) else model
     bad = _non_finite(weights)
     if bad:
         raise CheckpointError(f"refusing to save non-finite weights in {', '.join(bad[:5])}")
     path = Path(path)
     _check_replaceable(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    # mkdtemp makes the directory private (0700), and safetensors its files (0600); a
-    # checkpoint gets the modes the umask gives any file the user writes, so that a server
-    # running as another user can load it.
-    umask = _umask()
-    os.chmod(tmp, 0o777 & ~umask)
     try:
-        save_file(weights, str(tmp / WEIGHTS), metadata={"format": FORMAT})
-        (tmp / CONFIG).write_text(yaml.safe_dump(to_dict(config), sort_keys=False), "utf-8")
-        if config.model.shared_vocab:
-            tgt_vocab.save(tmp / SHARED_VOCAB)
-        else:
-            src_vocab.save(tmp / SRC_VOCAB)
-            tgt_vocab.save(tmp / TGT_VOCAB)
-        header = {"format": FORMAT, "version": VERSION, "created": time.time(), **(meta or {}),
-                  "weights_sha256": _sha256(tmp / WEIGHTS)}  # fmt: skip
-        _write_json(tmp / META, header)
-        if trainer_state is not None:
-            _write_json(tmp / TRAINER_JSON, trainer_state)
-            save_file(trainer_tensors or {}, str(tmp / TRAINER_TENSORS))
-        _settle_files(tmp, 0o666 & ~umask)
-        _replace_dir(tmp, path)
+        with new_directory(path) as tmp:
+            save_file(weights, str(tmp / WEIGHTS), metadata={"format": FORMAT})
+            (tmp / CONFIG).write_text(yaml.safe_dump(to_dict(config), sort_keys=False), "utf-8")
+            if config.model.shared_vocab:
+                tgt_vocab.save(tmp / SHARED_VOCAB)
+            else:
+                src_vocab.save(tmp / SRC_VOCAB)
+                tgt_vocab.save(tmp / TGT_VOCAB)
+            header = {"format": FORMAT, "version": VERSION, "created": time.time(),
+                      **(meta or {}), "weights_sha256": _sha256(tmp / WEIGHTS)}  # fmt: skip
+            if trainer_state is not None:
+                _write_json(tmp / TRAINER_JSON, trainer_state[0])
+                save_file(trainer_state[1], str(tmp / TRAINER_TENSORS))
+            _write_json(tmp / META, header)  # last: a directory with it is complete
     except (OSError, SafetensorError) as err:  # disk full (safetensors: SafetensorError), I/O
-        shutil.rmtree(tmp, ignore_errors=True)
         reason = err.strerror if isinstance(err, OSError) and err.strerror else err
         raise CheckpointError(
             f"{path}: cannot write the checkpoint ({reason}); any previous one is kept"
         ) from err
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return path
+
+
+class Checkpoint:
+    """A checkpoint directory, opened once: its metadata is read and checked here, and the
+    config, vocabularies and trainer state are each read when first asked for (the weights,
+    large, at each `read_weights`).
+    Every failure is a CheckpointError that names the directory and the problem."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.meta: dict[str, Any] = _read_meta(self.path)
+        self.model: Transformer | None = None  # set by `load`
+
+    def load(self, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> Transformer:
+        """The model in eval mode, on `device`, in `dtype` (None: as saved); also `self.model`."""
+        model = Transformer(self.config.model)
+        load_weights_into(model, self.read_weights(), self.path)
+        self.model = model.to(device=device, dtype=dtype).eval()
+        return self.model
+
+    @functools.cached_property
+    def config(self) -> Config:
+        """The full config the model was built from. A checkpoint config lists every key;
+        one without `model.attention_bias` was saved before that key existed, when
+        attention had biases."""
+        path = self.path
+        try:
+            data = yaml.safe_load((path / CONFIG).read_text("utf-8"))
+            if isinstance(data, dict) and isinstance(data.get("model"), dict):
+                data["model"].setdefault("attention_bias", True)
+            return from_dict(data or {}, where=str(path / CONFIG))
+        except FileNotFoundError:
+            raise CheckpointError(f"{path}: {CONFIG} is missing") from None
+        except (yaml.YAMLError, UnicodeDecodeError) as err:
+            raise CheckpointError(f"{path / CONFIG}: unreadable ({err})") from None
+        except AiaynError as err:
+            raise CheckpointError(f"{path}: bad config: {err}") from None
+
+    @functools.cached_property
+    def vocabs(self) -> tuple[Vocab, Vocab]:
+        """(source, target) vocabularies; the same object twice for a shared one."""
+        model = self.config.model
+        names = (SHARED_VOCAB,) if model.shared_vocab else (SRC_VOCAB, TGT_VOCAB)
+        vocabs = []
+        for name in names:
+            try:
+                vocabs.append(Vocab.load(self.path / name))
+            except AiaynError as err:
+                raise CheckpointError(
+                    f"{self.path}: vocabulary {name} is missing or invalid ({err})"
+                ) from None
+        src_vocab, tgt_vocab = vocabs[0], vocabs[-1]
+        sizes = (src_vocab.size if not model.shared_vocab else None, tgt_vocab.size)
+        if sizes != (model.src_vocab_size, model.vocab_size):
+            raise CheckpointError(
+                f"{self.path}: vocabulary sizes {sizes} do not match the config's "
+                f"(src_vocab_size, vocab_size) = {(model.src_vocab_size, model.vocab_size)}"
+            )
+        return src_vocab, tgt_vocab
+
+    @property
+    def src_vocab(self) -> Vocab:
+        return self.vocabs[0]
+
+    @property
+    def tgt_vocab(self) -> Vocab:
+        return self.vocabs[1]
+
+    def read_weights(self) -> dict[str, torch.Tensor]:
+        """The weights (read anew at each call: they are large), checked against the SHA-256 the metadata records (flipped bytes inside
+        a tensor leave a valid file of finite, wrong numbers; checkpoints written by earlier
+        versions have no digest, and load unchecked) and for non-finite values."""
+        file, expected = self.path / WEIGHTS, self.meta.get("weights_sha256")
+        if not file.is_file():
+            raise CheckpointError(f"{self.path}: {WEIGHTS} is missing")
+        try:
+            if expected is not None and _sha256(file) != expected:
+                raise CheckpointError(
+                    f"{file}: truncated or corrupt: its SHA-256 differs from the one recorded "
+                    f"in {META} when it was written"
+                )
+            weights = load_file(str(file))
+        except (SafetensorError, OSError, ValueError) as err:
+            raise CheckpointError(f"{file}: truncated or corrupt safetensors file ({err})") from None
+        bad = _non_finite(weights)  # aiayn never saves such weights; another writer might have
+        if bad:
+            raise CheckpointError(f"{self.path}: non-finite weights in {', '.join(bad[:5])}")
+        return weights
+
+    @functools.cached_property
+    def trainer_state(self) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """The trainer's JSON state and tensors; a CheckpointError if the checkpoint has none."""
+        path = self.path
+        if not (path / TRAINER_JSON).is_file() or not (path / TRAINER_TENSORS).is_file():
+            raise CheckpointError(f"{path}: has no trainer state (an averaged checkpoint cannot resume)")
+        try:
+            tensors = load_file(str(path / TRAINER_TENSORS))
+        except (SafetensorError, OSError, ValueError) as err:
+            raise CheckpointError(f"{path / TRAINER_TENSORS}: truncated or corrupt ({err})") from None
+        return _read_json(path / TRAINER_JSON), tensors
 
 
 def load_checkpoint(
     path: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype | None = None
 ) -> Checkpoint:
-    """Load a checkpoint directory into an eval-mode model; every failure is a CheckpointError
-    that names the directory and the problem."""
-    path = Path(path)
-    meta = read_meta(path)
-    config = read_config(path)
-    src_vocab, tgt_vocab = read_vocabs(path, config)
-    model = Transformer(config.model)
-    weights = read_weights(path)
-    bad = _non_finite(weights)  # aiayn never saves such weights; another writer might have
-    if bad:
-        raise CheckpointError(f"{path}: non-finite weights in {', '.join(bad[:5])}")
-    load_weights_into(model, weights, path)
-    model.to(device=device, dtype=dtype).eval()
-    return Checkpoint(model, config, src_vocab, tgt_vocab, meta)
+    """Open a checkpoint directory, read its vocabularies and build its model (eval mode,
+    `ckpt.model`): everything translation needs, each part checked."""
+    ckpt = Checkpoint(path)
+    ckpt.vocabs  # noqa: B018 (read now: a missing vocabulary fails here, not mid-translation)
+    ckpt.load(device, dtype)
+    return ckpt
 
 
-def read_meta(path: Path) -> dict[str, Any]:
+def _read_meta(path: Path) -> dict[str, Any]:
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such checkpoint directory")
     if not (path / META).is_file():
@@ -188,64 +244,9 @@ def read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
-def read_config(path: Path) -> Config:
-    """The checkpoint's config. A checkpoint config lists every key; one without
-    `model.attention_bias` was saved before that key existed, when attention had biases."""
-    if not path.is_dir():
-        raise CheckpointError(f"{path}: no such checkpoint directory")
-    try:
-        data = yaml.safe_load((path / CONFIG).read_text("utf-8"))
-        if isinstance(data, dict) and isinstance(data.get("model"), dict):
-            data["model"].setdefault("attention_bias", True)
-        return from_dict(data or {}, where=str(path / CONFIG))
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: {CONFIG} is missing") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as err:
-        raise CheckpointError(f"{path / CONFIG}: unreadable ({err})") from None
-    except AiaynError as err:
-        raise CheckpointError(f"{path}: bad config: {err}") from None
-
-
-def read_vocabs(path: Path, config: Config) -> tuple[Vocab, Vocab]:
-    names = (SHARED_VOCAB, SHARED_VOCAB) if config.model.shared_vocab else (SRC_VOCAB, TGT_VOCAB)
-    vocabs = []
-    for name in names:
-        try:
-            vocabs.append(Vocab.load(path / name))
-        except AiaynError as err:
-            raise CheckpointError(f"{path}: vocabulary {name} is missing or invalid ({err})") from None
-    src_vocab, tgt_vocab = vocabs
-    sizes = (src_vocab.size if not config.model.shared_vocab else None, tgt_vocab.size)
-    if sizes != (config.model.src_vocab_size, config.model.vocab_size):
-        raise CheckpointError(
-            f"{path}: vocabulary sizes {sizes} do not match the config's "
-            f"(src_vocab_size, vocab_size) = {(config.model.src_vocab_size, config.model.vocab_size)}"
-        )
-    return src_vocab, tgt_vocab
-
-
 def _non_finite(weights: dict[str, torch.Tensor]) -> list[str]:
     """Names of the floating-point tensors holding a NaN or an infinity."""
     return [name for name, t in weights.items() if t.is_floating_point() and not t.isfinite().all()]
-
-
-def read_weights(path: Path) -> dict[str, torch.Tensor]:
-    """The checkpoint's weights, checked against the SHA-256 its metadata records (flipped
-    bytes inside a tensor leave a valid file of finite, wrong numbers; checkpoints written
-    by earlier versions have no digest, and load unchecked)."""
-    expected = read_meta(path).get("weights_sha256")
-    file = path / WEIGHTS
-    if not file.is_file():
-        raise CheckpointError(f"{path}: {WEIGHTS} is missing")
-    try:
-        if expected is not None and _sha256(file) != expected:
-            raise CheckpointError(
-                f"{file}: truncated or corrupt: its SHA-256 differs from the one recorded in "
-                f"{META} when it was written"
-            )
-        return load_file(str(file))
-    except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(f"{file}: truncated or corrupt safetensors file ({err})") from None
 
 
 def _sha256(file: Path) -> str:
@@ -292,32 +293,12 @@ def load_weights_into(model: Transformer, weights: dict[str, torch.Tensor], wher
             params[name].copy_(tensor)
 
 
-def read_trainer_state(path: Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """The trainer's JSON state and tensors; a CheckpointError if the checkpoint has none."""
-    if not (path / TRAINER_JSON).is_file() or not (path / TRAINER_TENSORS).is_file():
-        raise CheckpointError(f"{path}: has no trainer state (an averaged checkpoint cannot resume)")
-    try:
-        tensors = load_file(str(path / TRAINER_TENSORS))
-    except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(f"{path / TRAINER_TENSORS}: truncated or corrupt ({err})") from None
-    return _read_json(path / TRAINER_JSON), tensors
-
-
 def _read_json(file: Path) -> dict[str, Any]:
     return read_object(file, CheckpointError)
 
 
 def _write_json(file: Path, data: dict[str, Any]) -> None:
     file.write_text(json.dumps(data, indent=1) + "\n", "utf-8")
-
-
-def _settle_files(directory: Path, mode: int) -> None:
-    """Give every file `mode` and flush it to disk before the rename makes the checkpoint
-    visible."""
-    for file in directory.iterdir():
-        os.chmod(file, mode)
-        with open(file, "rb") as handle:
-            os.fsync(handle.fileno())
 
 
 def _check_replaceable(path: Path) -> None:
@@ -334,58 +315,3 @@ def _check_replaceable(path: Path) -> None:
     )
 
 
-def _umask() -> int:
-    """The process's umask: from /proc on Linux; elsewhere by setting it and putting it back
-    (which, for that instant, applies 022 to files other threads create)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return umask
-
-
-def _replace_dir(tmp: Path, path: Path) -> None:
-    """Rename `tmp` to `path`; an existing `path` is moved aside first and removed after.
-
-    Whatever interrupts the two renames (an error, Ctrl-C), the previous checkpoint is put
-    back under its name; a process killed between them leaves it under `.NAME.old-PID`,
-    where `restore_replaced` finds it."""
-    old = path.with_name(f".{path.name}.old-{os.getpid()}") if path.exists() else None
-    try:
-        if old is not None:
-            os.replace(path, old)
-        os.replace(tmp, path)
-    except BaseException:
-        if old is not None and old.exists() and not path.exists():
-            os.replace(old, path)  # put the previous checkpoint back under its name
-        raise
-    _fsync_dir(path.parent)  # the renames themselves reach the disk
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def restore_replaced(directory: Path) -> list[Path]:
-    """Put back, under their names, complete checkpoints that a process killed inside
-    `_replace_dir` left under `.NAME.old-PID` with no `NAME` beside them; -> those put back."""
-    restored = []
-    for old in sorted(directory.glob(".*.old-*")):
-        name = old.name[1:].rsplit(".old-", 1)[0]
-        if old.is_dir() and (old / META).is_file() and not (directory / name).exists():
-            os.replace(old, directory / name)
-            restored.append(directory / name)
-    return restored
-
-
-def _fsync_dir(directory: Path) -> None:
-    handle = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    except OSError:  # some file systems cannot sync a directory; the rename stands
-        pass
-    finally:
-        os.close(handle)

@@ -13,8 +13,8 @@ import signal
 import sys
 import warnings
 
-from aiayn.data.prepare_options import PrepareOptions, default
-from aiayn.errors import AiaynError, ConfigError, DataError, out_of_memory_message
+from aiayn.data.prepare_options import default
+from aiayn.errors import AiaynError, ConfigError, out_of_memory_message
 
 
 REFERENCE_HELP = "the core alone, without the fast path (aiayn.fast): the code as the paper writes it"
@@ -45,7 +45,9 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
         "demo", help="offline: generate En-De data, prepare, train, translate, print BLEU"
     )
     p.add_argument("--out", help="run directory (default: runs/demo, runs/demo-parse)")
-    p.add_argument("--fast", action="store_true", help="a small, quick run (for tests)")
+    p.add_argument("--tiny", "--fast", dest="tiny", action="store_true",
+                   help="a tiny run of seconds, for tests (--fast: its old name; the fast path "
+                   "is on either way)")  # fmt: skip
     p.add_argument("--reference", action="store_true", help=REFERENCE_HELP)
     p.add_argument("--task", choices=("translate", "parse"), default="translate",
                    help="En-De translation, or English constituency parsing (sec. 6.3)")
@@ -56,11 +58,11 @@ def _run_demo(args: argparse.Namespace) -> int:
     if args.task == "parse":
         from aiayn.parsing.demo import run_parse_demo
 
-        run_parse_demo(args.out or "runs/demo-parse", fast=args.fast)
-        return 0
-    from aiayn.demo import run_demo
+        run_parse_demo(args.out or "runs/demo-parse", fast=args.tiny)
+    else:
+        from aiayn.demo import run_demo
 
-    run_demo(args.out or "runs/demo", fast=args.fast, reference=args.reference)
+        run_demo(args.out or "runs/demo", fast=args.tiny, reference=args.reference)
     return 0
 
 
@@ -74,25 +76,17 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_info(args: argparse.Namespace) -> int:
-    from aiayn.info import model_info
+    from aiayn.info import format_info, model_info
 
-    overrides = list(args.overrides)
-    if args.vocab_size is not None:
-        overrides.append(f"model.vocab_size={args.vocab_size}")
-    info = model_info(args.config, overrides)
-    if args.json:
-        print(json.dumps(info))
-    else:
-        width = max(map(len, info))
-        for key, value in info.items():
-            print(f"{key:<{width}}  {value:,}" if key == "params" else f"{key:<{width}}  {value}")
+    vocab = [] if args.vocab_size is None else [f"model.vocab_size={args.vocab_size}"]
+    info = model_info(args.config, [*args.overrides, *vocab])
+    print(json.dumps(info) if args.json else format_info(info))
     return 0
 
 
-_PREPARE_RECIPES = ("multi30k", "wmt14-en-de", "wmt14-en-fr", "parse")
-
-
 def _add_prepare(sub: argparse._SubParsersAction) -> None:
+    from aiayn.recipes import RECIPES
+
     p = sub.add_parser(
         "prepare",
         help="text pairs -> checked corpus, BPE vocabulary, binarized shards",
@@ -101,15 +95,16 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         "--train/--valid/--vocab-size.",
     )
     p.add_argument(
-        "recipe", nargs="?", choices=_PREPARE_RECIPES, metavar="RECIPE",
-        help=f"a known corpus: {', '.join(_PREPARE_RECIPES)}",
+        "recipe", nargs="?", choices=RECIPES, metavar="RECIPE",
+        help=f"a known corpus: {', '.join(RECIPES)}",
     )  # fmt: skip
     p.add_argument("--out", required=True, metavar="DIR", help="the directory to write")
     p.add_argument("--from", dest="from_dir", metavar="DIR", help="recipe: raw text already here")
-    p.add_argument("--train", metavar="PREFIX", help="PREFIX.SRC + PREFIX.TGT (or .gz), or a .tsv")
+    train = p.add_mutually_exclusive_group()
+    train.add_argument("--train", metavar="PREFIX", help="PREFIX.SRC + PREFIX.TGT (or .gz), or a .tsv")
+    train.add_argument("--tsv", metavar="FILE", help="training pairs as one two-column TSV")
     p.add_argument("--valid", metavar="PREFIX", help="validation pairs (never filtered)")
     p.add_argument("--test", metavar="PREFIX", help="test pairs (never filtered)")
-    p.add_argument("--tsv", metavar="FILE", help="training pairs as one two-column TSV")
     p.add_argument("--src", help=f"source language suffix (default: {default('src')})")
     p.add_argument("--tgt", help=f"target language suffix (default: {default('tgt')})")
     p.add_argument("--vocab-size", type=int, metavar="N", help="BPE vocabulary size")
@@ -130,50 +125,16 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
-    from dataclasses import replace
+    from aiayn.recipes import prepare_any
 
-    given = {
-        "vocab_size": args.vocab_size, "src": args.src, "tgt": args.tgt,
-        "max_tokens_per_side": args.max_tokens_per_side, "max_len_ratio": args.max_len_ratio,
-        "workers": args.workers, "vocab_sample_sentences": args.vocab_sample, "seed": args.seed,
-    }  # fmt: skip
-    changes = {key: value for key, value in given.items() if value is not None}
-    changes.update(overwrite=args.force, quiet=args.quiet)
-    if args.separate_vocabs:
-        changes["joint_vocab"] = False
-    own_files = [args.train, args.tsv, args.valid, args.test]
-    if args.recipe == "parse":  # treebanks: --train/--valid/--test name tree files
-        from aiayn.parsing import prepare as parsing
-
-        foreign = (args.tsv, args.src, args.tgt, args.from_dir)
-        if args.train is None or args.valid is None or any(foreign):
-            raise ConfigError("parse: give --train TREES --valid TREES [--test TREES] only")
-        options = replace(parsing.OPTIONS, **changes)
-        parsing.prepare_parse(train=args.train, valid=args.valid, test=args.test, out=args.out,
-                              options=options)  # fmt: skip
-    elif args.recipe is None:
-        from aiayn.data.prepare import prepare
-
-        one_train = (args.train is None) != (args.tsv is None)
-        if args.valid is None or args.vocab_size is None or not one_train:
-            raise ConfigError("give --train PREFIX (or --tsv FILE), --valid PREFIX, --vocab-size N")
-        splits = {"train": args.train, "tsv": args.tsv, "valid": args.valid, "test": args.test}
-        prepare(**splits, out=args.out, options=PrepareOptions(**changes))
-    elif any(f is not None for f in own_files):
-        raise ConfigError(f"{args.recipe} reads its own files; drop --train/--valid/--test/--tsv")
-    elif args.recipe == "multi30k":
-        from aiayn.recipes import multi30k
-
-        options = replace(multi30k.OPTIONS, **changes)  # checked before any download
-        raw = args.from_dir or multi30k.download(f"{args.out}-raw")
-        multi30k.prepare_multi30k(raw, args.out, options)
-    else:
-        from aiayn.recipes import wmt14
-
-        if args.src or args.tgt:
-            raise ConfigError(f"{args.recipe} fixes the languages; drop --src/--tgt")
-        options = replace(wmt14.task(args.recipe).options, **changes)
-        wmt14.prepare_wmt14(args.recipe, args.out, raw_dir=args.from_dir, options=options)
+    options = {"vocab_size": args.vocab_size, "src": args.src, "tgt": args.tgt,
+               "max_tokens_per_side": args.max_tokens_per_side, "max_len_ratio": args.max_len_ratio,
+               "workers": args.workers, "vocab_sample_sentences": args.vocab_sample,
+               "seed": args.seed, "joint_vocab": False if args.separate_vocabs else None}  # fmt: skip
+    changes = {key: value for key, value in options.items() if value is not None}
+    prepare_any(args.recipe, args.out, {**changes, "overwrite": args.force, "quiet": args.quiet},
+                train=args.train, valid=args.valid, test=args.test, tsv=args.tsv,
+                from_dir=args.from_dir)  # fmt: skip
     return 0
 
 
@@ -195,21 +156,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from aiayn.train.resume import run_config
+    from aiayn.train.trainer import train
 
-    from aiayn.config import load_config
-    from aiayn.train.trainer import resume_config, train
-
-    name, overrides = args.config, list(args.overrides)
-    if name is not None and "=" in name and not Path(name).exists():
-        name, overrides = None, [name, *overrides]  # `train --resume DIR key=value`
-    overrides += ["train.fast=false"] if args.reference else []
-    if name is None:
-        if args.resume is None:
-            raise ConfigError("give a PRESET_OR_CONFIG, or --resume DIR")
-        config = resume_config(args.resume, overrides)
-    else:
-        config = load_config(name, overrides)
+    config = run_config(args.config, list(args.overrides), args.resume, args.reference)
     result = train(config, resume=args.resume)
     return 128 + result.signal if result.interrupted and result.signal else 0
 
@@ -222,25 +172,19 @@ def _add_average(sub: argparse._SubParsersAction) -> None:
         "of the given ones (--inputs A B ...) into a new checkpoint --out.",
     )
     p.add_argument("dir", nargs="?", metavar="DIR", help="with --last: a run's out_dir")
-    p.add_argument("--last", type=int, metavar="N", help="the newest N step checkpoints of DIR")
-    p.add_argument("--inputs", nargs="+", metavar="CKPT", help="checkpoint directories")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--last", type=int, metavar="N", help="the newest N step checkpoints of DIR")
+    which.add_argument("--inputs", nargs="+", metavar="CKPT", help="checkpoint directories")
     p.add_argument("--out", required=True, metavar="DIR", help="the checkpoint to write")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.set_defaults(run=_run_average)
 
 
 def _run_average(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from aiayn.average import average_run
 
-    from aiayn.average import average_checkpoints, last_checkpoints
-
-    if (args.last is None) == (args.inputs is None) or (args.last is not None) != bool(args.dir):
-        raise ConfigError("give either --last N DIR, or --inputs CKPT [CKPT ...]")
-    if Path(args.out).exists() and not args.force:
-        raise ConfigError(f"{args.out}: already exists (use --force to replace it)")
-    paths = last_checkpoints(args.dir, args.last) if args.last is not None else args.inputs
-    out = average_checkpoints(paths, args.out)
-    print(f"averaged {len(paths)} checkpoints into {out}: {', '.join(Path(p).name for p in paths)}")
+    paths = average_run(args.out, args.last, args.dir, args.inputs, args.force)
+    print(f"averaged {len(paths)} checkpoints into {args.out}: {', '.join(p.name for p in paths)}")
     return 0
 
 
@@ -319,35 +263,12 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_translate(args: argparse.Namespace) -> int:
-    from aiayn.data.corpus import decode_utf8
-    from aiayn.outfile import AtomicOutput, refuse_output_among_inputs
-    from aiayn.translate import translate_stream
+    from aiayn.translate import translate_files
 
     if args.checkpoint is None:
         raise ConfigError("give --checkpoint DIR")
-    if args.chunk_lines is not None and args.chunk_lines < 1:
-        raise ConfigError(f"--chunk-lines must be at least 1, got {args.chunk_lines}")
-    refuse_output_among_inputs(args.output, args.input)
-    translator = _translator(args, args.nbest)
-    # Bytes, decoded line by line: invalid UTF-8 is named by its line (and under a C or POSIX
-    # locale never reaches the model as surrogates, as Python's stdin would pass it). A stdin
-    # that is already text (a notebook's, a test's) is read as it is.
-    stdin = getattr(sys.stdin, "buffer", sys.stdin)
-    try:
-        source = open(args.input, "rb") if args.input else stdin
-    except OSError as err:
-        raise DataError(f"{args.input}: cannot read ({err.strerror})") from None
-    lines = (
-        raw if isinstance(raw, str) else decode_utf8(raw, args.input or "stdin", n)
-        for n, raw in enumerate(source, start=1)
-    )  # fmt: skip
-    chunk = args.chunk_lines or (1 if source.isatty() else 256)
-    try:
-        with AtomicOutput(args.output) as out:
-            translate_stream(translator, lines, out.handle, chunk, nbest=args.nbest is not None)
-    finally:
-        if source is not stdin:
-            source.close()
+    translate_files(_translator(args, args.nbest), args.input, args.output, args.chunk_lines,
+                    nbest=args.nbest is not None)  # fmt: skip
     return 0
 
 
@@ -375,9 +296,7 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_evaluate(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from aiayn.evaluate import format_report, read_lines, score
+    from aiayn.evaluate import evaluate_files, format_report
     from aiayn.outfile import refuse_output_among_inputs
 
     if (args.hyp is None) == (args.checkpoint is None) or (args.checkpoint and not args.src):
@@ -385,30 +304,8 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     refuse_output_among_inputs(args.hyp_out, args.src, args.ref, args.hyp)
     if args.task == "parse":
         return _run_evaluate_parse(args)
-    if args.hyp_out:
-        # An --hyp-out that cannot be written fails before translating; opened to append, so
-        # that a run failing later leaves an existing file as it was.
-        open(args.hyp_out, "a", encoding="utf-8").close()
-    refs = read_lines(args.ref)
-    if args.hyp is not None:
-        hyps = read_lines(args.hyp)
-    else:
-        from aiayn.translate import one_line
-
-        sources = read_lines(args.src)
-        if len(sources) != len(refs):  # before translating, not after minutes of it
-            raise DataError(
-                f"{args.src} has {len(sources)} lines but {args.ref} has {len(refs)}: "
-                "each source line needs one reference line"
-            )
-        # as `read_lines` would read them back from --hyp-out: one line each, right-stripped
-        hyps = [one_line(h).rstrip() for h in _translator(args).translate(sources)]
-    if args.hyp_out:
-        Path(args.hyp_out).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-    ref = Path(args.ref)
-    suffix = (ref.with_suffix("") if ref.suffix == ".gz" else ref).suffix.lstrip(".")
-    lang = args.lang or (suffix if suffix.isalpha() and len(suffix) == 2 else "en")
-    report = score(hyps, refs, lang)
+    report = evaluate_files(args.ref, args.hyp, args.src, lambda lines: _translator(args).translate(lines),
+                            args.hyp_out, args.lang)  # fmt: skip
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 
@@ -493,26 +390,14 @@ def _run_serve(args: argparse.Namespace) -> int:
     names = [f.name for f in dataclasses.fields(ServeConfig)]
     serve(ServeConfig(**{n: getattr(args, n) for n in names if hasattr(args, n)}),
           announce=lambda line: print(line, flush=True))  # fmt: skip
+    return 0
 
 
 def _run_evaluate_parse(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from aiayn.evaluate import read_lines
     from aiayn.parsing.evalb import format_result
-    from aiayn.parsing.parser import parse, read_tree_lines, score_against, tree_lines
+    from aiayn.parsing.parser import evaluate_parses
 
-    if args.hyp is not None:
-        hyps = read_tree_lines(args.hyp)
-    else:
-        sentences = read_lines(args.src)
-        blank = [n for n, s in enumerate(sentences, start=1) if not s.strip()]
-        if blank:
-            raise DataError(f"{args.src}: line {blank[0]}: blank; each line needs a sentence")
-        hyps = parse(_translator(args), sentences)
-        if args.hyp_out:
-            Path(args.hyp_out).write_text("".join(t + "\n" for t in tree_lines(hyps)), "utf-8")
-    result = score_against(args.ref, hyps)
+    result = evaluate_parses(args.ref, args.hyp, args.src, lambda: _translator(args), args.hyp_out)
     print(json.dumps(result.as_dict()) if args.json else format_result(result))
     return 0
 
@@ -533,24 +418,11 @@ def _add_parse(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_parse(args: argparse.Namespace) -> int:
-    from aiayn.evaluate import read_lines
-    from aiayn.outfile import AtomicOutput, refuse_output_among_inputs
-    from aiayn.parsing.parser import parse, tree_lines
+    from aiayn.parsing.parser import parse_files
 
     if args.checkpoint is None:
         raise ConfigError("give --checkpoint DIR")
-    refuse_output_among_inputs(args.output, args.input)
-    if args.input is not None:
-        sentences = read_lines(args.input)
-    else:
-        sentences = [line.rstrip("\n") for line in sys.stdin]
-    lines = tree_lines(parse(_translator(args), sentences))
-    out, written = AtomicOutput(args.output), False
-    try:
-        out.handle.write("".join(line + "\n" for line in lines))
-        written = True
-    finally:
-        out.close(written)
+    parse_files(_translator(args), args.input, args.output)
     return 0
 
 

@@ -184,6 +184,20 @@ class DecodeConfig:
         _check_ranges(self, "decode", (), ("alpha", "max_len_offset", "min_len"))
 
 
+def model_differences(
+    first: ModelConfig, second: ModelConfig, names: tuple[str, str] | None = None
+) -> list[str]:
+    """"model.KEY: A vs B" (with `names`, "model.KEY: A <first name>, B <second name>") for
+    each architecture key in which two configs differ, in the dataclass's order."""
+    a, b = dataclasses.asdict(first), dataclasses.asdict(second)
+    found = []
+    for key in a:
+        if a[key] != b[key]:
+            pair = f"{a[key]} vs {b[key]}" if names is None else f"{a[key]} {names[0]}, {b[key]} {names[1]}"
+            found.append(f"model.{key}: {pair}")
+    return found
+
+
 def _check_ranges(
     section: Any, name: str, positive: tuple[str, ...], non_negative: tuple[str, ...]
 ) -> None:

@@ -24,7 +24,7 @@ from aiayn.data.prepare import prepare
 from aiayn.data.prepare_options import PrepareOptions
 from aiayn.errors import ConfigError
 from aiayn.evaluate import score
-from aiayn.train.checkpoints import checkpoints_dir, step_checkpoints
+from aiayn.train.run_dir import checkpoints_dir, step_checkpoints
 from aiayn.train.trainer import train
 from aiayn.translate import Translator
 

@@ -16,7 +16,7 @@ Three figures, each labelled, because they are not comparable with one another:
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +110,43 @@ def format_report(report: dict[str, Any]) -> str:
             f"BLEU {s['score']:.2f}",
         ]
     )
+
+
+def target_language(ref: str | Path, lang: str | None = None) -> str:
+    """The language of the tokenized BLEU: `lang`, else the references' suffix when it is a
+    two-letter code (x.de, x.de.gz -> de), else "en"."""
+    if lang:
+        return lang
+    path = Path(ref)
+    suffix = (path.with_suffix("") if path.suffix == ".gz" else path).suffix.lstrip(".")
+    return suffix if suffix.isalpha() and len(suffix) == 2 else "en"
+
+
+def evaluate_files(
+    ref: str | Path, hyp: str | Path | None = None, src: str | Path | None = None,
+    translate: Callable[[list[str]], list[str]] | None = None, hyp_out: str | Path | None = None,
+    lang: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """`aiayn evaluate`: the scores (`score`) of the translations in `hyp`, or of `src`
+    translated by `translate` (then also written to `hyp_out`, one line each), against `ref`."""
+    from aiayn.translate import one_line
+
+    if hyp_out:
+        # An --hyp-out that cannot be written fails before translating; opened to append, so
+        # that a run failing later leaves an existing file as it was.
+        open(hyp_out, "a", encoding="utf-8").close()
+    refs = read_lines(ref)
+    if hyp is not None:
+        hyps = read_lines(hyp)
+    else:
+        sources = read_lines(src)
+        if len(sources) != len(refs):  # before translating, not after minutes of it
+            raise DataError(
+                f"{src} has {len(sources)} lines but {ref} has {len(refs)}: "
+                "each source line needs one reference line"
+            )
+        # as `read_lines` would read them back from --hyp-out: one line each, right-stripped
+        hyps = [one_line(h).rstrip() for h in translate(sources)]
+    if hyp_out:
+        Path(hyp_out).write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+    return score(hyps, refs, target_language(ref, lang))

@@ -18,3 +18,10 @@ def model_info(name_or_path: str, overrides: list[str] | tuple[str, ...] = ()) -
     info["eps_ls"] = config.train.eps_ls  # Table 3 row D varies it beside the model
     info["params"] = parameter_count(model)
     return info
+
+
+def format_info(info: dict[str, Any]) -> str:
+    """One `key  value` line per entry, the parameter count with thousands separators."""
+    width = max(map(len, info))
+    return "\n".join(f"{key:<{width}}  {value:,}" if key == "params" else f"{key:<{width}}  {value}"
+                     for key, value in info.items())  # fmt: skip

@@ -11,15 +11,16 @@ batches of at most `max_tokens` source tokens (padding included; the one batcher
 input order. Beam search settings default to the checkpoint's `decode` config (the paper's
 beam 4, alpha 0.6, input + 50).
 
-By default a Translator runs the fast path (`aiayn.fast`): the model's fast pieces, and a
-search whose cache memory is kept from one batch (and call) to the next on a CPU
-(`fast.cache.StoreBuffers`), allocated for the Translator's life or until
-`translator.search.buffers.clear()`. `reference=True` runs the core alone.
+By default a Translator runs the fast path (`aiayn.fast.for_inference`): the model's fast
+pieces, and a search whose cache memory is kept from one batch (and call) to the next on a
+CPU, for the Translator's life. `reference=True` runs the core alone.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import sys
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -32,12 +33,11 @@ from aiayn.checkpoint import load_checkpoint
 from aiayn.config import DecodeConfig
 from aiayn.data.batching import longest_first_batches
 from aiayn.data.vocab import Vocab
-from aiayn.decode.search import beam_search, greedy_search, output_limits
+from aiayn.decode.search import Search, output_limits
+from aiayn.decode.search import search as search_core
 from aiayn.decode.strategy import Hypothesis
-from aiayn.device import parse_device
-from aiayn.errors import ConfigError
-from aiayn.fast.int8 import check_int8, quantize_int8
-from aiayn.fast.search import FastSearch, search_options
+from aiayn.device import check_int8, parse_device
+from aiayn.errors import ConfigError, DataError
 from aiayn.model.transformer import Transformer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -62,16 +62,17 @@ class Translator:
         tgt_vocab: Vocab,
         decode: DecodeConfig | None = None,
         max_tokens: int = 4096,
-        search: FastSearch | None = None,
+        search: Search | None = None,
     ) -> None:
-        """`search`: the fast path's search pieces (`FastSearch`); None: the core's search."""
+        """`search(src, config)`: the fast path's (`fast.for_inference`); None: the core's
+        `decode.search.search` over `model`."""
         if max_tokens < 1:
             raise ConfigError(f"max_tokens must be positive, got {max_tokens}")
         self.model, self.src_vocab, self.tgt_vocab = model.eval(), src_vocab, tgt_vocab
         self.decode = decode or DecodeConfig()
         self.max_tokens = max_tokens
         self.device = next(model.parameters()).device
-        self.search = search
+        self.search = search or functools.partial(search_core, model)
 
     @classmethod
     def from_checkpoint(
@@ -88,12 +89,14 @@ class Translator:
         max_tokens: int = 4096,
         int8: bool = False,
         reference: bool = False,
+        long_lived: bool = False,
     ) -> Translator:
         """Load a checkpoint directory (training or averaged: both are plain checkpoints).
 
         The decoding options override the checkpoint's `DecodeConfig`; None keeps its value.
         `int8`: quantize the weights for faster CPU decoding (`aiayn.fast.int8`); CPU and
         float32 only. `reference`: the core alone, without the fast path (nor int8, part of it).
+        `long_lived`: for a server (`fast.for_inference`).
         """
         dtype = parse_dtype(dtype)
         if int8 and reference:
@@ -104,10 +107,7 @@ class Translator:
         ckpt = load_checkpoint(path, device=device, dtype=dtype)
         model, search = ckpt.model, None
         if not reference:
-            model = fast.apply(model)
-            if int8:
-                quantize_int8(model)
-            search = FastSearch(device, int8)
+            model, search = fast.for_inference(model, int8=int8, long_lived=long_lived)
         given = dict(beam=beam, alpha=alpha, max_len_offset=max_len_offset, min_len=min_len)
         given.update(nbest=nbest)
         config = dataclasses.replace(
@@ -150,12 +150,7 @@ class Translator:
             if self.decode.min_len > 0:  # every limit is >= 1: min_len 0 never conflicts
                 limits = output_limits(self.model, src, self.decode.max_len_offset)  # (batch,)
                 capped += int(limits.le(self.decode.min_len).sum())
-            with search_options(self.search, self.model) as kwargs:  # the fast path's topk and cache, or the core's
-                if self.decode.beam == 1:
-                    best = greedy_search(self.model, src, self.decode, **kwargs)
-                    hyps = [[h] if h else [] for h in best]
-                else:
-                    hyps = beam_search(self.model, src, self.decode, **kwargs)
+            hyps = self.search(src, self.decode)  # greedy at beam 1, else beam search
             found.update((todo[j], h) for j, h in zip(batch, hyps))
         if capped:
             # The maximum wins (decode/strategy.py): say so, rather than leave the user to
@@ -193,6 +188,41 @@ def one_line(text: str) -> str:
     """A translation as one output line: line breaks (the vocabulary is lossless and may
     produce them) become spaces, so output lines match input lines one to one."""
     return " ".join(text.splitlines()) if text else text
+
+
+def translate_files(
+    translator: Translator, input: str | None, output: str | None,
+    chunk_lines: int | None = None, nbest: bool = False,
+) -> int:  # fmt: skip
+    """`aiayn translate`: lines of `input` (None: stdin) translated into `output` (None:
+    stdout; a file is replaced only once every line is done, `outfile.AtomicOutput`), in
+    chunks of `chunk_lines` (None: 256, or 1 when stdin is a terminal); -> lines read.
+
+    The input is read as bytes and decoded line by line, so that invalid UTF-8 is named by
+    its line (and under a C or POSIX locale never reaches the model as surrogates, as
+    Python's stdin would pass it). A stdin that is already text (a notebook's) is read as is."""
+    from aiayn.data.corpus import decode_utf8
+    from aiayn.outfile import AtomicOutput, refuse_output_among_inputs
+
+    if chunk_lines is not None and chunk_lines < 1:
+        raise ConfigError(f"--chunk-lines must be at least 1, got {chunk_lines}")
+    refuse_output_among_inputs(output, input)
+    stdin = getattr(sys.stdin, "buffer", sys.stdin)
+    try:
+        source = open(input, "rb") if input else stdin
+    except OSError as err:
+        raise DataError(f"{input}: cannot read ({err.strerror})") from None
+    lines = (
+        raw if isinstance(raw, str) else decode_utf8(raw, input or "stdin", n)
+        for n, raw in enumerate(source, start=1)
+    )  # fmt: skip
+    chunk = chunk_lines or (1 if source.isatty() else 256)
+    try:
+        with AtomicOutput(output) as out:
+            return translate_stream(translator, lines, out.handle, chunk, nbest=nbest)
+    finally:
+        if source is not stdin:
+            source.close()
 
 
 def translate_stream(

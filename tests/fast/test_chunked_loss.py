@@ -1,5 +1,5 @@
 """The chunked projection + label-smoothed loss (`fast/loss.py`) against the core's loss of
-the full logits (`train/loss.py: label_smoothed_loss`): values and gradients."""
+the full logits (`loss.py: label_smoothed_loss`): values and gradients."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from aiayn.fast.loss import projected_label_smoothed_loss
-from aiayn.train.loss import label_smoothed_loss
+from aiayn.loss import label_smoothed_loss
 
 
 def _reference(hidden, weight, target, eps):

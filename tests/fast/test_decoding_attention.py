@@ -1,32 +1,21 @@
-"""The attention fast paths (`fast/attention.py`): the written-out decoding step against the
-core's `ScaledDotProductAttention`, the fast cache's narrowed encoder-decoder stores, and the
-GPU kernel preference."""
+"""The attention fast paths (`fast/attention.py`): the written-out decoding step against
+PyTorch's fused kernel (which the core's attention calls), the shared cache's narrowed
+encoder-decoder stores, and the GPU kernel preference."""
 
 import typing
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
 import aiayn.fast.attention as attention
 from aiayn import fast
 from aiayn.config import TrainConfig
 from aiayn.fast.attention import _HAS_PRIORITY, KERNELS, decoding_attention, kernel_preference
-from aiayn.fast.cache import StoreBuffers, buffered_cache
-from aiayn.model.attention import ScaledDotProductAttention
+from aiayn.fast.kv_cache import SharedKVCache
 from aiayn.model.transformer import Transformer
 from conftest import tiny_model_config
-
-
-@pytest.fixture(params=[False, True], ids=["fresh memory", "kept buffers"])
-def buffers(request):
-    """None, or `StoreBuffers` claimed for the test's one cache."""
-    if not request.param:
-        yield None
-        return
-    kept = StoreBuffers()
-    with kept.claim():
-        yield kept
 
 
 def _sdpa_state() -> tuple:
@@ -71,7 +60,7 @@ def test_every_preferred_kernel_gives_the_same_loss_and_gradients_on_a_gpu():
     """Whichever kernel `train.attention_kernel` prefers (and its fallbacks, where it cannot
     take the inputs: FlashAttention has no float32), the trainer's loss and gradients are
     those of the plain composition, in float32 and under bf16 autocast."""
-    from aiayn.train.loss import RealTokenLoss
+    from aiayn.loss import RealTokenLoss
     from aiayn.train.validate import real_positions
 
     torch.manual_seed(0)
@@ -119,7 +108,7 @@ def test_decoding_attention_is_eq1_as_the_fused_kernel_computes_it(mask_shape):
     if mask_shape is not None:
         mask = torch.rand(mask_shape) < 0.6
         mask[..., 0] = True  # every query sees at least one key, as in decoding
-    expected = ScaledDotProductAttention()(q, k, v, mask)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     torch.testing.assert_close(decoding_attention(q, k, v, mask), expected)
 
 
@@ -139,12 +128,12 @@ def test_decoding_attention_over_bfloat16_keys_runs_its_products_in_bfloat16(mas
     out = decoding_attention(q, k, v, mask)
     assert out.dtype == torch.float32 and out.shape == (3, 2, 4, 8)
     assert torch.equal(out, out.bfloat16().float())  # rounded as a bfloat16 product's result
-    expected = ScaledDotProductAttention()(q, k.float(), v.float(), mask)
+    expected = F.scaled_dot_product_attention(q, k.float(), v.float(), attn_mask=mask)
     torch.testing.assert_close(out, expected, atol=0.03, rtol=0.02)
 
 
 @torch.no_grad()
-def test_the_cache_keeps_encoder_decoder_keys_in_its_cross_dtype(buffers):
+def test_the_cache_keeps_encoder_decoder_keys_in_its_cross_dtype(store_buffers):
     """`cross_dtype` bfloat16: the encoder-decoder stores are bfloat16 (and stay so
     when a sentence leaves), the self-attention ones float32; decoding matches float32's
     to bfloat16's precision and differs from it (the narrow stores are the ones read)."""
@@ -154,7 +143,7 @@ def test_the_cache_keeps_encoder_decoder_keys_in_its_cross_dtype(buffers):
     memory = model.encode(src, src_pad)
     tgt = torch.tensor([[2, 4, 6], [2, 5, 8]])
     expected = model.decode(tgt, memory, src_pad)  # float32, no cache
-    cache = buffered_cache(model, src_pad, buffers, cross_dtype=torch.bfloat16)
+    cache = SharedKVCache(len(model.decoder), src_pad, buffers=store_buffers, cross_dtype=torch.bfloat16)
     steps = [model.decode(tgt[:, t : t + 1], memory, src_pad, cache) for t in range(3)]
     got = torch.cat(steps, dim=1)
     layer = cache.layers[0]
@@ -164,7 +153,7 @@ def test_the_cache_keeps_encoder_decoder_keys_in_its_cross_dtype(buffers):
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, expected, atol=0.05, rtol=0.02)
     assert not torch.allclose(got, expected, atol=1e-5, rtol=1e-5)
-    cache.reorder(torch.tensor([1]), sentences=torch.tensor([1]))
+    cache.reorder(torch.tensor([1]))  # sentence 0 leaves
     model.decode(torch.tensor([[9]]), None, cache.src_pad_mask, cache)
     assert cache.layers[0].cross_k.dtype == torch.bfloat16
 
@@ -180,7 +169,7 @@ def test_cached_decoding_writes_attention_out_on_the_cpu_in_float32_only(monkeyp
     model = fast.apply(Transformer(tiny_model_config()).eval().to(dtype))
     src = torch.tensor([[5, 6, 7, 3]])
     src_pad = model.pad_mask(src)
-    cache = buffered_cache(model, src_pad, None)
+    cache = SharedKVCache(len(model.decoder), src_pad)
     model.decode(torch.tensor([[2]]), model.encode(src, src_pad), src_pad, cache)
     n_layers = len(cache.layers)
     assert len(calls) == (2 * n_layers if dtype == torch.float32 else 0)

@@ -1,6 +1,6 @@
-"""The fast path (`aiayn.fast`) against the core: `apply` swaps every core piece over the same
-parameters, each fast piece computes what its core piece computes (values and gradients),
-and the whole model trains and translates the same with and without it.
+"""The fast path (`aiayn.fast`) against the core: its two entries swap every core piece over
+the same parameters, each fast piece computes what its core piece computes (values and
+gradients), and the whole model trains and translates the same with and without it.
 
 Tolerances: float64 pieces agree to 1e-10 (only the summation order differs); float32
 pieces to rtol 1e-5, the rounding of float32 products summed in another order (oneDNN's
@@ -22,22 +22,23 @@ from aiayn import fast
 from aiayn.checkpoint import load_checkpoint
 from aiayn.cli import main
 from aiayn.data.demo_corpus import demo_splits
+from aiayn.decode.search import search as core_search
 from aiayn.fast.dropout import FastResidual
 from aiayn.fast.feedforward import FusedFeedForward
-from aiayn.fast.linear import OneDnnProjection
+from aiayn.fast.linear import OneDnnLinear
 from aiayn.fast.loss import ChunkedRealTokenLoss
-from aiayn.model.attention import ScaledDotProductAttention
+from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.layers import PositionwiseFeedForward, Residual
-from aiayn.model.transformer import Projection, Transformer
-from aiayn.train.loss import RealTokenLoss
+from aiayn.model.transformer import Transformer
+from aiayn.loss import RealTokenLoss
 from aiayn.train.trainer import train
 from aiayn.train.validate import real_positions
 from aiayn.translate import Translator
 from conftest import tiny_model_config
 from tiny_run import one_thread, prepared_data, tiny_config  # noqa: F401 (autouse fixture)
 
-CORE_PIECES = (nn.Linear, nn.Dropout, Residual, PositionwiseFeedForward,
-               ScaledDotProductAttention, Projection, RealTokenLoss)  # fmt: skip
+CORE_PIECES = (nn.Linear, nn.Dropout, Residual, PositionwiseFeedForward, MultiHeadAttention,
+               RealTokenLoss)  # fmt: skip
 
 
 def grads_of(module: nn.Module, out: torch.Tensor) -> list[torch.Tensor]:
@@ -49,12 +50,15 @@ def close(a, b, dtype: torch.dtype) -> None:
     torch.testing.assert_close(a, b, **tol)
 
 
-def test_apply_swaps_every_core_piece_and_keeps_the_parameters():
-    model = Transformer(tiny_model_config(p_drop=0.1, tie_embeddings=False))
+@pytest.mark.parametrize("tied", [True, False])
+def test_the_training_entry_swaps_every_core_piece_and_keeps_the_parameters(tied):
+    model = Transformer(tiny_model_config(p_drop=0.1, tie_embeddings=tied))
     before = [(name, p) for name, p in model.named_parameters()]
     keys = list(model.state_dict())
-    objective = fast.apply(RealTokenLoss(model, 0.1))
+    objective = fast.for_training(RealTokenLoss(model, 0.1))
     assert isinstance(objective, ChunkedRealTokenLoss) and objective.model is model
+    assert isinstance(model.out_proj, OneDnnLinear)
+    assert (model.out_proj.weight is model.tgt_embed.weight) == tied  # the tie holds
     left = [m for m in objective.modules() if type(m) in CORE_PIECES]
     assert left == []  # every core piece swapped
     assert [(name, p) for name, p in model.named_parameters()] == before  # the same objects
@@ -96,24 +100,18 @@ def test_the_fast_residual_is_sec_3_1s_sublayer_connection(pre_norm):
     close(ours(x, sublayer), core(x, sublayer), torch.float64)
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_the_fast_projection_is_sec_3_4s_output_layer(dtype):
-    hidden = torch.randn(6, 16, dtype=dtype, requires_grad=True)
-    weight = torch.randn(23, 16, dtype=dtype, requires_grad=True)
-    expected, got = Projection()(hidden, weight), OneDnnProjection()(hidden, weight)
-    close(got, expected, dtype)
-    for a, b in zip(torch.autograd.grad(got.sum(), [hidden, weight]),
-                    torch.autograd.grad(expected.sum(), [hidden, weight])):  # fmt: skip
-        close(a, b, dtype)
-
-
-def test_decoding_attention_falls_back_to_the_core_where_it_does_not_apply():
-    """Inputs it does not take (dropout, the causal flag, keys that are transposed views)
-    go to the core's computation itself, bit for bit."""
-    q, k, v = (torch.randn(2, 5, 3, 4).transpose(1, 2) for _ in range(3))  # not mergeable
-    core, ours = ScaledDotProductAttention(), fast.attention.DecodingAttention()
-    assert torch.equal(ours(q, k, v, None, 0.0, causal=True), core(q, k, v, None, 0.0, causal=True))
-    assert torch.equal(ours(q, k, v), core(q, k, v))
+@pytest.mark.parametrize("cross", [False, True])
+def test_the_grouped_attention_is_the_core_attention_without_the_shared_cache(cross):
+    """Without the shared cache (training, the encoder, the core's cache) the swapped
+    attention runs the core's forward over the same parameters, bit for bit."""
+    core = MultiHeadAttention(16, 4, 4, 4, 0.0, cross, bias=True).double()
+    ours = fast.attention.GroupedAttention.from_core(core)
+    assert [p for p in ours.parameters()] == [p for p in core.parameters()]
+    x, memory = torch.randn(2, 5, 16, dtype=torch.float64), torch.randn(2, 7, 16, dtype=torch.float64)
+    pad = torch.zeros(2, 7 if cross else 5, dtype=torch.bool)
+    pad[1, -2:] = True
+    kwargs = dict(memory=memory) if cross else dict(causal=True)
+    assert torch.equal(ours(x, key_pad_mask=pad, **kwargs), core(x, key_pad_mask=pad, **kwargs))
 
 
 @pytest.mark.parametrize("tied", [True, False])
@@ -164,7 +162,8 @@ def test_a_trained_model_translates_the_demo_test_split_the_same_either_way(tmp_
     sources = [src for src, _ in demo_splits(n_train=0, n_valid=0, n_test=150, seed=3).test]
     fast_t = Translator.from_checkpoint(ckpt)
     core_t = Translator.from_checkpoint(ckpt, reference=True)
-    assert fast_t.search is not None and core_t.search is None
+    assert isinstance(fast_t.search, fast.search.FastSearch)
+    assert core_t.search.func is core_search and core_t.search.args == (core_t.model,)
     assert not any(type(m) in CORE_PIECES for m in fast_t.model.modules())
     assert [type(m) for m in core_t.model.modules() if type(m) in CORE_PIECES]  # the core's own
     assert fast_t.translate(sources) == core_t.translate(sources)

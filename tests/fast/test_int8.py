@@ -11,6 +11,7 @@ from aiayn.cli import main
 from aiayn.errors import ConfigError
 from aiayn.fast.linear import OneDnnLinear as Linear
 from aiayn.fast.int8 import Int8Linear, int8_engine
+from aiayn.fast.kv_cache import SharedKVCache
 from aiayn.translate import Translator
 from tiny_checkpoint import save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
@@ -71,7 +72,7 @@ def test_int8_engine_is_onednn_with_amx_or_vnni_and_the_setting_is_put_back(
     # 8-bit inputs only where the products accumulate in 32 bits (oneDNN), else 7 bits.
     linears = [m for m in model.modules() if isinstance(m, Int8Linear)]
     assert linears and all(m.reduce_range == (expected != "onednn") for m in linears)
-    assert model.projection.int8.reduce_range == (expected != "onednn")
+    assert isinstance(model.out_proj, Int8Linear)  # the tied pre-softmax projection too
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["bf16-products", "no-bf16"])
@@ -99,9 +100,9 @@ def test_int8_cache_keeps_encoder_decoder_keys_in_bfloat16_where_the_cpu_multipl
         model = translator.model
         src_pad = model.pad_mask(src)
         memory = model.encode(src, src_pad)
-        with translator.search.options(model) as options:  # the search's own cache
-            cache = options["new_cache"](src_pad)
-            steps = [model.decode(tgt_in[:, t : t + 1], memory, src_pad, cache) for t in range(6)]
+        search = translator.search  # the search's own cache
+        cache = SharedKVCache(len(model.decoder), src_pad, cross_dtype=search.cross_dtype)
+        steps = [model.decode(tgt_in[:, t : t + 1], memory, src_pad, cache) for t in range(6)]
         return model.project(torch.cat(steps, dim=1)).log_softmax(-1), cache
 
     got, cache = cached(int8)
@@ -179,11 +180,11 @@ def test_int8_log_probs_are_close_to_float32(tmp_path, monkeypatch, tied, amx):
 
 
 def test_cli_int8_translates_and_evaluates_with_an_int8_model(ckpt, tmp_path, monkeypatch, capsys):
-    import aiayn.translate
+    import aiayn.fast
 
     calls = []
-    quantize = aiayn.translate.quantize_int8
-    monkeypatch.setattr(aiayn.translate, "quantize_int8", lambda m: calls.append(1) or quantize(m))
+    quantize = aiayn.fast.quantize_int8
+    monkeypatch.setattr(aiayn.fast, "quantize_int8", lambda m: calls.append(1) or quantize(m))
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("\n".join(LINES) + "\n", encoding="utf-8")
     args = ["--checkpoint", str(ckpt), "--int8"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from aiayn.config import DecodeConfig
-from aiayn.decode.search import beam_search, greedy_search
+from aiayn.decode.search import make_strategy, run_search
 from aiayn.fast.search import TOPK_CHUNK, row_topk
 from aiayn.model.transformer import Transformer
 from conftest import tiny_model_config
@@ -67,11 +67,13 @@ def test_row_topk_off_the_cpu_is_torch_topk(monkeypatch):
 
 
 @torch.no_grad()
-@pytest.mark.parametrize("search", [beam_search, greedy_search])
-def test_search_over_a_wide_vocabulary_equals_the_one_with_torch_topk(search):
+@pytest.mark.parametrize("greedy", [False, True], ids=["beam", "greedy"])
+def test_search_over_a_wide_vocabulary_equals_the_one_with_torch_topk(greedy):
     """A model whose vocabulary spans many chunks: row_topk and torch.topk give the same
     translations, scores and log-probabilities, in beam and in greedy search."""
     model = Transformer(tiny_model_config(vocab_size=700)).eval()
     src = torch.tensor([[5, 6, 7, 8, 3], [9, 10, 3, 0, 0], [11, 3, 0, 0, 0]])
     config = DecodeConfig(max_len_offset=8)
-    assert search(model, src, config, topk=row_topk) == search(model, src, config)
+    ours = make_strategy(model, src, config, greedy=greedy, topk=row_topk)
+    theirs = make_strategy(model, src, config, greedy=greedy)
+    assert run_search(model, src, ours) == run_search(model, src, theirs)

@@ -31,6 +31,7 @@ class RunData:
     train: BinarizedDataset
     valid: BinarizedDataset | None
     sampler: TokenBatchSampler
+    languages: dict[str, str | None]  # {"source": "en", "target": "de"}: saved in checkpoints
 
     def micro_batches(self) -> Iterator[Batch]:
         """This rank's training batches, epoch after epoch, from the sampler's position."""
@@ -67,7 +68,8 @@ def load_run_data(config: Config, rank: int = 0, world_size: int = 1) -> RunData
         train.src_lengths, train.tgt_lengths, config.data.max_tokens, seed=config.data.seed,
         rank=rank, world_size=world_size,
     )  # fmt: skip
-    return RunData(config, src_vocab, tgt_vocab, train, valid, sampler)
+    languages = {"source": manifest.get("src_lang"), "target": manifest.get("tgt_lang")}
+    return RunData(config, src_vocab, tgt_vocab, train, valid, sampler, languages)
 
 
 def _check_lengths(config: Config, train: BinarizedDataset, valid: BinarizedDataset | None) -> None:

@@ -3,7 +3,7 @@
     hyps = beam_search(model, src)                  # DecodeConfig(): beam 4, alpha 0.6
     hyps[i][0].tokens, hyps[i][0].score              # best of sentence i, its n-best after
     best = greedy_search(model, src)                 # one Hypothesis per sentence
-    hyps = beam_search(model, src, topk=row_topk, new_cache=make_cache)  # fast path's pieces
+    hyps = search(model, src, config)                # greedy at beam 1, else beam search
 
 The driver encodes the source once, feeds one target token per step, and reorders the
 cache with the row indices the strategy (`decode/strategy.py`) returns. A sentence that is
@@ -27,42 +27,57 @@ from aiayn.data.vocab import BOS_ID, EOS_ID
 from aiayn.decode.strategy import NEG_INF, BeamStrategy, GreedyStrategy, Hypothesis, TopK
 from aiayn.model.cache import KVCache
 
-# `new_cache(src_pad_mask)` -> an empty KVCache for the batch; None: `model.new_cache`.
-NewCache = Callable[[Tensor], KVCache]
+Strategy = BeamStrategy | GreedyStrategy
+# `search(src, config)`: per sentence its hypotheses, as `search(model, src, config)` below
+# gives them for one model (a Translator holds one: the core's, or the fast path's).
+Search = Callable[[Tensor, DecodeConfig], list[list[Hypothesis]]]
 
 
 def beam_search(
     model, src: Tensor, config: DecodeConfig | None = None, bos_id: int = BOS_ID,
-    eos_id: int = EOS_ID, *, topk: TopK = torch.topk, new_cache: NewCache | None = None,
+    eos_id: int = EOS_ID,
 ) -> list[list[Hypothesis]]:  # fmt: skip
     """Beam search over a batch of sources.
 
     model: a `Transformer` in eval mode (or anything with its encode / decode / project /
     new_cache / pad_mask); src: (batch, src_len) ids, source tokens + eos, right-padded.
-    `topk` and `new_cache` let the fast path (`aiayn.fast.search`) supply its own.
     -> per sentence, its up to `config.nbest` finished hypotheses, best first.
     """
-    config = config or DecodeConfig()
-    max_len = output_limits(model, src, config.max_len_offset)
-    c, pad_id = config, model.config.pad_id
-    strategy = BeamStrategy(max_len, c.beam, c.nbest, c.alpha, c.min_len, eos_id, pad_id, topk)
-    return run_search(model, src, strategy, bos_id, new_cache)
+    strategy = make_strategy(model, src, config or DecodeConfig(), eos_id)
+    return run_search(model, src, strategy, bos_id)
 
 
 def greedy_search(
     model, src: Tensor, config: DecodeConfig | None = None, bos_id: int = BOS_ID,
-    eos_id: int = EOS_ID, *, topk: TopK = torch.topk, new_cache: NewCache | None = None,
+    eos_id: int = EOS_ID,
 ) -> list[Hypothesis | None]:  # fmt: skip
     """The most probable token at each step; `config.beam` and `nbest` are ignored.
 
     -> one Hypothesis per sentence (None only if every token was forbidden).
     """
-    config = config or DecodeConfig()
-    max_len = output_limits(model, src, config.max_len_offset)
-    c, pad_id = config, model.config.pad_id
-    strategy = GreedyStrategy(max_len, c.alpha, c.min_len, eos_id, pad_id, topk)
-    found = run_search(model, src, strategy, bos_id, new_cache)
-    return [hyps[0] if hyps else None for hyps in found]
+    strategy = make_strategy(model, src, config or DecodeConfig(), eos_id, greedy=True)
+    return [hyps[0] if hyps else None for hyps in run_search(model, src, strategy, bos_id)]
+
+
+def search(
+    model, src: Tensor, config: DecodeConfig, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+) -> list[list[Hypothesis]]:
+    """Greedy search at beam 1, else beam search; -> per sentence its hypotheses, best
+    first (none only where greedy search found none)."""
+    strategy = make_strategy(model, src, config, eos_id, greedy=config.beam == 1)
+    return run_search(model, src, strategy, bos_id)
+
+
+def make_strategy(
+    model, src: Tensor, config: DecodeConfig, eos_id: int = EOS_ID, greedy: bool = False,
+    topk: TopK = torch.topk,
+) -> Strategy:  # fmt: skip
+    """The strategy of one search over `src`: its length limits (`output_limits`) and
+    `config`'s beam, alpha, nbest and min_len; `topk` finds each row's best extensions."""
+    max_len, c, pad_id = output_limits(model, src, config.max_len_offset), config, model.config.pad_id
+    if greedy:
+        return GreedyStrategy(max_len, c.alpha, c.min_len, eos_id, pad_id, topk)
+    return BeamStrategy(max_len, c.beam, c.nbest, c.alpha, c.min_len, eos_id, pad_id, topk)
 
 
 def output_limits(model, src: Tensor, max_len_offset: int) -> Tensor:
@@ -77,11 +92,11 @@ def output_limits(model, src: Tensor, max_len_offset: int) -> Tensor:
 
 @torch.no_grad()
 def run_search(
-    model, src: Tensor, strategy: BeamStrategy | GreedyStrategy, bos_id: int,
-    new_cache: NewCache | None = None,
-) -> list[list[Hypothesis]]:  # fmt: skip
+    model, src: Tensor, strategy: Strategy, bos_id: int = BOS_ID, cache: KVCache | None = None
+) -> list[list[Hypothesis]]:
     """Drive `strategy` with the model's next-token log-probabilities until every sentence
-    is done; -> per sentence (in input order), its finished hypotheses.
+    is done; -> per sentence (in input order), its finished hypotheses. `cache`: an empty
+    cache for `src` (None: `model.new_cache`).
 
     Pad and bos are never generated. Log-probabilities are computed in float32 whatever
     the model's dtype.
@@ -90,7 +105,7 @@ def run_search(
         return []
     src_pad = model.pad_mask(src)  # (batch, src_len), True = padding
     memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
-    cache = (new_cache or model.new_cache)(src_pad)
+    cache = cache if cache is not None else model.new_cache(src_pad)
     alive = torch.arange(src.size(0), device=src.device)  # input index of each active sentence
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
     tokens = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
@@ -101,7 +116,6 @@ def run_search(
         logp = model.project(hidden[:, -1]).float().log_softmax(dim=-1)  # (rows, vocab)
         logp[:, forbidden] = NEG_INF
         rows, next_tokens, done = strategy.step(logp.view(alive.numel(), -1, logp.size(-1)))
-        sentences = None  # the same sentences stay: their encoder-decoder state stays put
         if done.any():
             finished = done.nonzero().squeeze(1)
             for i, hyps in zip(alive[finished].tolist(), strategy.results(finished)):
@@ -117,7 +131,5 @@ def run_search(
                 rows = rows.view(done.numel(), -1)[sentences].flatten()
             next_tokens = next_tokens.view(done.numel(), -1)[sentences].flatten()
         if rows is not None:
-            # Rows are picked from their own sentence's beams, so each sentence's rows stay
-            # one block, as the cache's encoder-decoder attention needs.
-            cache.reorder(rows, sentences)
+            cache.reorder(rows)  # each sentence's rows stay one contiguous block
         tokens = next_tokens[:, None]  # (rows, 1)

@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from aiayn.checkpoint import Checkpoint, _replace_dir, _umask
+from aiayn.atomic_dir import new_directory
+from aiayn.checkpoint import Checkpoint
 from aiayn.config import Config, ModelConfig
 from aiayn.data.vocab import Vocab
 from aiayn.errors import ExportError
@@ -82,18 +80,8 @@ def check_output(out: Path, force: bool) -> None:
 @contextlib.contextmanager
 def written_atomically(out: str | Path, force: bool = False) -> Iterator[Path]:
     """Yield a temporary directory beside `out`; renamed to `out` if the block succeeds,
-    removed if it fails, so `out` is never half-written."""
+    removed if it fails, so `out` is never half-written (`atomic_dir.new_directory`)."""
     out = Path(out)
     check_output(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with new_directory(out) as tmp:
         yield tmp
-        mode = 0o666 & ~_umask()
-        for file in tmp.rglob("*"):
-            if file.is_file():
-                os.chmod(file, mode)  # the user's usual modes, not mkdtemp's private ones
-        os.chmod(tmp, 0o777 & ~_umask())
-        _replace_dir(tmp, out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,79 +1,113 @@
-"""The fast path: speed-ups beside the core, each a module swapped in for one core piece and
-tested equal to it (tests/fast/). The core (`model/`, `train/loss.py`, `decode/`) is the
-paper in stock PyTorch; `apply` gives a model (or the training loss with its model) the
-fast pieces, over the same parameters:
+"""The fast path: speed-ups beside the core, each a piece swapped in for one core piece over
+the same parameters and tested equal to it (tests/fast/). The core (`model/`, `loss.py`,
+`decode/`) is the paper in stock PyTorch. Two entries, one per use, are the only way in:
 
-    model = fast.apply(Transformer(config))                 # inference, search
-    loss = fast.apply(RealTokenLoss(model, eps), compiled)  # training: the model's too
+    loss = fast.for_training(RealTokenLoss(model, eps))     # the trainer: loss and model
+    model, search = fast.for_inference(model, int8=False)   # Translator, the service
 
 | core piece (what it computes) | fast piece | why |
 | --- | --- | --- |
-| `nn.Linear` | `linear.OneDnnLinear` | oneDNN's float32 products where MKL's are slower |
-| `Projection` (sec. 3.4) | `linear.OneDnnProjection` | the same, for the output layer |
+| `nn.Linear` (the pre-softmax projection too) | `linear.OneDnnLinear` | oneDNN's float32 products where MKL's are slower |
 | `PositionwiseFeedForward` (eq. 2) | `feedforward.FusedFeedForward` | no fresh ReLU buffers |
 | `nn.Dropout` (sec. 5.4) | `dropout.CompactDropout` | a 16-bit random mask on CPUs |
 | `Residual` (sec. 3.1) | `dropout.FastResidual` | x + dropout(y) in one pass |
-| `ScaledDotProductAttention` (eq. 1) | `attention.DecodingAttention` | decoding steps on CPUs |
-| `RealTokenLoss` (sec. 5.4) | `loss.ChunkedRealTokenLoss` | no (tokens, vocab) logits |
+| `MultiHeadAttention` (sec. 3.2.2), decoding | `attention.GroupedAttention` | a sentence's hypotheses read its keys once |
+| `model.cache.KVCache` (sec. 3.2.3) | `kv_cache.SharedKVCache` | a beam reorder moves no keys |
+| `decode.search.search` | `search.FastSearch` | a faster top-k, cache memory kept between searches |
+| `RealTokenLoss` (sec. 5.4) | `loss.ChunkedRealTokenLoss` | no (tokens, vocab) logits; the GPU attention kernel |
 
-Beside the swaps: `search.FastSearch` (a faster top-k and cache memory kept between
-searches), `int8.quantize_int8` (int8 weights for CPU decoding) and
-`attention.kernel_preference` (the GPU attention kernel). `--reference` (`train.fast:
-false`) runs the core alone. Restricted self-attention (`model/window.py`) has no fast
-piece: it stays the core's, and decoding keeps to its window through the cache's entries,
-which the fast path's cache shares.
+With `int8`, `int8.quantize_int8` gives every linear map int8 weights (CPU decoding);
+with `long_lived` (a server), `linear.warm_up` builds every oneDNN kernel up front.
+`--reference` (`train.fast: false`) runs the core alone. Restricted self-attention
+(`model/window.py`) has no fast piece: it stays the core's, and decoding keeps to its
+window through the shared cache's entries.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from torch import nn
 
-from aiayn.fast.attention import DecodingAttention
+from aiayn.decode.search import Search
+from aiayn.device import check_int8
+from aiayn.fast.attention import GroupedAttention
 from aiayn.fast.dropout import CompactDropout, FastResidual
 from aiayn.fast.feedforward import FusedFeedForward
-from aiayn.fast.linear import OneDnnLinear, OneDnnProjection
+from aiayn.fast.int8 import quantize_int8
+from aiayn.fast.linear import OneDnnLinear, warm_up
 from aiayn.fast.loss import ChunkedRealTokenLoss
-from aiayn.model.attention import ScaledDotProductAttention
+from aiayn.fast.search import FastSearch
+from aiayn.loss import RealTokenLoss
+from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.layers import PositionwiseFeedForward, Residual
-from aiayn.model.transformer import Projection
-from aiayn.train.loss import RealTokenLoss
+from aiayn.model.transformer import Transformer
+
+class Inference(NamedTuple):
+    """What `for_inference` gives: the model with its fast pieces, and its search, called
+    as `search(src, config)` like `decode.search.search(model, src, config)`."""
+
+    model: Transformer
+    search: Search
 
 
-def apply(module: nn.Module, compiled: bool = False) -> nn.Module:
-    """Swap every core piece in `module` (itself included) for its fast one; -> the module
-    (a new one only where `module` itself is a core piece, as `RealTokenLoss` is).
-    `compiled`: the training loss runs through `torch.compile` (`train.compile`).
-    Applying twice changes nothing more: fast pieces are not swapped again."""
-    _swap_children(module, compiled)
-    fast = _fast_piece(module, compiled)
+def for_training(
+    loss: RealTokenLoss, *, compiled: bool = False, attention_kernel: str = "auto"
+) -> nn.Module:
+    """The training objective (and its model, in place) with every fast piece swapped in.
+    `compiled`: the network and the loss's element-wise work run through `torch.compile`
+    (`train.compile`); `attention_kernel`: the fused attention kernel a CUDA GPU tries
+    first (`train.attention_kernel`, `attention.kernel_preference`)."""
+    apply(loss.model)
+    return ChunkedRealTokenLoss.from_core(loss, compiled, attention_kernel)
+
+
+def for_inference(model: Transformer, *, int8: bool = False, long_lived: bool = False) -> Inference:
+    """`model` (eval mode, changed in place) with every fast piece swapped in, and the fast
+    search over it. `int8`: int8 weights for CPU decoding (CPU, float32 only). `long_lived`:
+    for a process that serves for long (`aiayn serve`): every kernel shape the CPU's matrix
+    library will be asked for is built now, so that memory stays flat over a run."""
+    if int8:
+        weight = model.output_weight
+        check_int8(weight.device, weight.dtype)
+    apply(model.eval())
+    if int8:
+        quantize_int8(model)
+    if long_lived:
+        warm_up(model)
+    return Inference(model, FastSearch(model, int8))
+
+
+def apply(module: nn.Module) -> nn.Module:
+    """Swap every core piece in `module` (itself included) for its fast one, over the same
+    parameters; -> the module (a new one only where `module` itself is a core piece). The
+    two entries above are made of it. Applying twice changes nothing more."""
+    _swap_children(module)
+    fast = _fast_piece(module)
     return module if fast is None else fast
 
 
-def _swap_children(module: nn.Module, compiled: bool) -> None:
+def _swap_children(module: nn.Module) -> None:
     for name, child in list(module.named_children()):
-        fast = _fast_piece(child, compiled)
+        fast = _fast_piece(child)
         if fast is not None:
             setattr(module, name, fast)
             child = fast
-        _swap_children(child, compiled)
+        _swap_children(child)
 
 
-def _fast_piece(module: nn.Module, compiled: bool) -> nn.Module | None:
+def _fast_piece(module: nn.Module) -> nn.Module | None:
     """The fast counterpart of a core piece (exact types: a subclass is someone's own
     module, kept as it is), or None."""
     kind = type(module)
     if kind is nn.Linear:
         return OneDnnLinear.from_core(module)
-    if kind is Projection:
-        return OneDnnProjection()
     if kind is PositionwiseFeedForward:
         return FusedFeedForward.from_core(module)
     if kind is nn.Dropout:
         return CompactDropout.from_core(module)
     if kind is Residual:
         return FastResidual.from_core(module)
-    if kind is ScaledDotProductAttention:
-        return DecodingAttention()
-    if kind is RealTokenLoss:
-        return ChunkedRealTokenLoss.from_core(module, compiled)
+    if kind is MultiHeadAttention:
+        return GroupedAttention.from_core(module)
     return None

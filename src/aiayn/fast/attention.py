@@ -1,9 +1,11 @@
-"""Attention's fast paths: eq. 1 written out for decoding steps on the CPU, and the choice
-of PyTorch's fused attention kernel on GPUs.
+"""Attention's fast paths: decoding steps over the shared cache, eq. 1 written out for them
+on the CPU, and the choice of PyTorch's fused attention kernel on GPUs.
 
-`DecodingAttention` replaces `ScaledDotProductAttention` (module swap): a decoding step
-has a few queries per sentence (its hypotheses' new positions) over the sentence's cached
-keys, where PyTorch's fused CPU kernel is slow; two batched products do the same work.
+`GroupedAttention` replaces `MultiHeadAttention` (module swap, the same parameters). Given
+the fast path's cache (`kv_cache.SharedLayerCache`), it stacks the queries of a sentence's
+hypotheses into one query block over the sentence's stored keys; otherwise it is the core
+module. A decoding step has a few queries per sentence over its cached keys, where PyTorch's
+fused CPU kernel is slow: `decoding_attention` does the same work in two batched products.
 """
 
 from __future__ import annotations
@@ -12,32 +14,72 @@ import inspect
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from aiayn.model.attention import ScaledDotProductAttention
+from aiayn.fast.kv_cache import SharedLayerCache
+from aiayn.model.attention import MultiHeadAttention, attend_mask
 
 
-class DecodingAttention(ScaledDotProductAttention):
-    """Eq. 1 as `decoding_attention` where it applies (see `applies`), else PyTorch's kernel."""
+class GroupedAttention(MultiHeadAttention):
+    """`MultiHeadAttention` (sec. 3.2.2) that reads a `SharedLayerCache` grouped by sentence;
+    with any other cache, or none, the core module's forward."""
+
+    @classmethod
+    def from_core(cls, core: MultiHeadAttention) -> GroupedAttention:
+        """A module over `core`'s own projections (not copies: optimizers and ties hold)."""
+        with torch.device("meta"):  # placeholders, replaced below: no memory, no random draws
+            fast = cls(1, core.n_heads, core.d_k, core.d_v, core.p_drop_attn, core.cross)
+        fast.window = core.window
+        for name, child in core.named_children():
+            setattr(fast, name, child)
+        fast.train(core.training)
+        return fast
 
     def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, p_drop: float = 0.0,
-        causal: bool = False,
+        self, x: Tensor, memory: Tensor | None = None, key_pad_mask: Tensor | None = None,
+        causal: bool = False, cache=None,
     ) -> Tensor:  # fmt: skip
-        if applies(q, k, v, p_drop, causal):
-            return decoding_attention(q, k, v, mask)
-        return super().forward(q, k, v, mask, p_drop, causal)
+        """x: (rows, q_len, d_model) for the `group` rows of each of the cache's sentences
+        -> (rows, q_len, d_model), as the core computes it row by row."""
+        if not isinstance(cache, SharedLayerCache):
+            return super().forward(x, memory, key_pad_mask, causal, cache)
+        if self.cross:  # the keys once per sentence, computed at the first step
+            k, v = cache.cross_k, cache.cross_v
+            if k is None:
+                k, v = cache.store_cross(*self.project_kv(memory))  # (sentences, heads, src_len, d)
+            q = self._grouped(self.w_q(x), k.size(0))  # (sentences, heads, group * q_len, d_k)
+            mask = attend_mask(key_pad_mask, False, q.size(2), k.size(2), x.device)
+        else:  # the entries of each hypothesis's own history, masked (kv_cache.py)
+            h_dk = self.n_heads * self.d_k
+            q, k, v = self.w_qkv(x).split([h_dk, h_dk, self.n_heads * self.d_v], dim=-1)
+            k, v, mask = cache.extend(k.unflatten(-1, (self.n_heads, self.d_k)),
+                                      v.unflatten(-1, (self.n_heads, self.d_v)))  # fmt: skip
+            q = self._grouped(q, k.size(0))
+        if applies(q, k, v):
+            out = decoding_attention(q, k, v, mask)  # (sentences, heads, group * q_len, d_v)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        rows, q_len = x.shape[:2]  # (sentences, heads, g * q_len, d_v) -> (rows, q_len, h * d_v)
+        return self.w_o(out.transpose(1, 2).reshape(rows, q_len, self.n_heads * self.d_v))
+
+    def _grouped(self, q: Tensor, sentences: int) -> Tensor:
+        """Queries (rows, q_len, heads * d_k), rows = sentences * g -> (sentences, heads,
+        g * q_len, d_k): the g rows of a sentence, which attend to the same keys, stacked."""
+        rows, q_len, _ = q.shape
+        g = rows // max(sentences, 1)  # rows per sentence (an empty batch has none)
+        return q.view(sentences, g * q_len, self.n_heads, self.d_k).transpose(1, 2)
 
 
-def applies(q: Tensor, k: Tensor, v: Tensor, p_drop: float, causal: bool) -> bool:
-    """On the CPU, in float32/64, without dropout or the causal flag, and with k and v
-    whose (batch, heads) dimensions merge without a copy, as the decoding cache's do (the
-    copy would cost what the written-out form saves). In bfloat16/float16 PyTorch's kernel
-    keeps the scores in float32, which the written-out form would round."""
+def applies(q: Tensor, k: Tensor, v: Tensor) -> bool:
+    """On the CPU, in float32/64, and with k and v whose (batch, heads) dimensions merge
+    without a copy, as the shared cache's do (the copy would cost what the written-out form
+    saves). In bfloat16/float16 PyTorch's kernel keeps the scores in float32, which the
+    written-out form would round."""
     return (
         q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
-        and p_drop == 0.0 and not causal and _merges(k) and _merges(v)
+        and _merges(k) and _merges(v)
     )  # fmt: skip
 
 
@@ -47,12 +89,12 @@ def _merges(t: Tensor) -> bool:
 
 
 def decoding_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
-    """Eq. 1 with the same shapes and result as `ScaledDotProductAttention`, no dropout:
+    """Eq. 1 with the same shapes and result as `F.scaled_dot_product_attention`, no dropout:
     q (batch, heads, q_len, d_k), k (batch, heads, k_len, d_k), v (batch, heads, k_len, d_v)
     -> (batch, heads, q_len, d_v).
 
     k and v may be stored in a narrower dtype than q (the int8 model's bfloat16
-    encoder-decoder stores, `fast/cache.py`): the two products then run in that dtype
+    encoder-decoder stores, `kv_cache.SharedLayerCache`): the two products then run in that dtype
     (float32 sums, the result rounded), the mask and softmax in q's dtype, the output too.
     """
     batch, heads, q_len, d_k = q.shape

@@ -2,11 +2,11 @@
 
     model = quantize_int8(model)    # float32 CPU model, eval mode; changed in place
 
-Every linear map (attention projections, feed-forward) gets int8 weights with one scale
-per output row, and its input is quantized per call ("dynamic", one scale per tensor), as
-CTranslate2's int8 does. The pre-softmax projection (sec. 3.4), a large share of each
-decoding step, gets an int8 copy of the output weight (`Int8Projection` swapped in for
-`Transformer.projection`); the float embedding stays for the lookups. Embedding lookups,
+Every linear map (attention projections, feed-forward, and the pre-softmax projection of
+sec. 3.4, a large share of each decoding step) gets int8 weights with one scale per output
+row, and its input is quantized per call ("dynamic", one scale per tensor), as
+CTranslate2's int8 does. Where the projection is tied to the embedding, the float
+embedding stays for the lookups beside the projection's int8 copy. Embedding lookups,
 LayerNorm, softmax and attention stay float32; where the CPU multiplies bfloat16 natively
 the search keeps the encoder-decoder keys and values in bfloat16 (`cross_store_dtype`).
 
@@ -22,9 +22,8 @@ import warnings
 import torch
 from torch import nn
 
-from aiayn.device import native_bf16
-from aiayn.errors import ConfigError
-from aiayn.model.transformer import Projection, Transformer
+from aiayn.device import check_int8, native_bf16
+from aiayn.model.transformer import Transformer
 
 
 def quantize_int8(model: Transformer) -> Transformer:
@@ -43,10 +42,8 @@ def quantize_int8(model: Transformer) -> Transformer:
     torch.backends.quantized.engine = engine
     try:
         for name, module in list(model.named_modules()):
-            # An untied out_proj is read through `output_weight`, packed below.
-            if isinstance(module, nn.Linear) and name != "out_proj":
+            if isinstance(module, nn.Linear):  # the tied pre-softmax projection included
                 model.set_submodule(name, Int8Linear.pack(module.weight, module.bias, reduce_range))
-        model.projection = Int8Projection(Int8Linear.pack(weight, None, reduce_range))
     finally:
         torch.backends.quantized.engine = previous
     return model
@@ -93,18 +90,6 @@ class Int8Linear(nn.Module):
         return torch.ops.quantized.linear_dynamic(x, self.packed, reduce_range=self.reduce_range)
 
 
-class Int8Projection(Projection):
-    """The pre-softmax projection with the output weight's int8 copy; the float weight the
-    model passes in is not used."""
-
-    def __init__(self, int8: Int8Linear) -> None:
-        super().__init__()
-        self.int8 = int8
-
-    def forward(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return self.int8(hidden)  # (..., d_model) -> (..., vocab)
-
-
 def int8_engine() -> str:
     """The int8 kernels to pack for: oneDNN on CPUs with AMX tiles or AVX-512 VNNI, whose
     u8 x s8 products add up in 32 bits (so inputs may keep 8 bits, `Int8Linear`), else
@@ -132,11 +117,3 @@ def cross_store_dtype() -> torch.dtype | None:
     a strided slice, which PyTorch copies before a bfloat16 product.
     """
     return torch.bfloat16 if native_bf16(torch.device("cpu")) else None
-
-
-def check_int8(device: str | torch.device, dtype: torch.dtype | None) -> None:
-    """Refuse int8 on anything but the CPU, or from anything but float32 (None = float32)."""
-    if torch.device(device).type != "cpu":
-        raise ConfigError(f"int8 quantization runs on the CPU only, not on {device}")
-    if dtype not in (None, torch.float32):
-        raise ConfigError(f"int8 quantization starts from float32 weights, not {dtype}")

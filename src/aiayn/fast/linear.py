@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from aiayn.model.transformer import Projection
 
 
 class OneDnnLinear(nn.Linear):
@@ -38,15 +37,6 @@ class OneDnnLinear(nn.Linear):
 
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias, self.max_rows)
-
-
-class OneDnnProjection(Projection):
-    """The pre-softmax projection (`Transformer.projection`) through `linear` below."""
-
-    max_rows: int | None = None  # see `linear`
-
-    def forward(self, hidden: Tensor, weight: Tensor) -> Tensor:
-        return linear(hidden, weight, max_rows=self.max_rows)  # (..., d_model) -> (..., vocab)
 
 
 def linear(
@@ -105,8 +95,8 @@ def inference_rows() -> list[int]:
 
 
 def warm_up(model: nn.Module) -> int:
-    """Bound `model`'s oneDNN products to MAX_ROWS rows each (its `OneDnnLinear` modules and
-    an `OneDnnProjection`: `max_rows`), then run each once at every row count of
+    """Bound `model`'s oneDNN products to MAX_ROWS rows each (its `OneDnnLinear` modules'
+    `max_rows`, the pre-softmax projection's included), then run each once at every row count of
     `inference_rows()`, so that oneDNN has built every kernel inference will ask of it (see
     `bucket_rows`); for a process that serves for long, as `aiayn serve` does. Products of
     one shape share their kernels. -> the number of shapes visited (0 where oneDNN is not
@@ -115,11 +105,7 @@ def warm_up(model: nn.Module) -> int:
     for module in model.modules():
         if isinstance(module, OneDnnLinear):
             weights.append((module.weight, module.bias))
-        elif isinstance(module, OneDnnProjection):
-            weights.append((model.output_weight, None))
-        else:
-            continue
-        module.max_rows = MAX_ROWS
+            module.max_rows = MAX_ROWS
     shapes = {(tuple(w.shape), w.dtype, b is not None): (w, b) for w, b in weights}
     if not any(onednn_products(w.new_empty(0, w.size(1)), w) for w, _ in shapes.values()):
         return 0

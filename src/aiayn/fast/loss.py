@@ -1,8 +1,8 @@
-"""The label-smoothed loss of `train/loss.py` without storing the (tokens, V) logits: the
+"""The label-smoothed loss of `loss.py` without storing the (tokens, V) logits: the
 pre-softmax projection and the loss a chunk of tokens at a time, each chunk's gradient
 computed with its loss (the fast path's replacement for `RealTokenLoss`).
 
-    loss = ChunkedRealTokenLoss.from_core(RealTokenLoss(model, eps))   # what fast.apply does
+    loss = ChunkedRealTokenLoss.from_core(RealTokenLoss(model, eps))  # in fast.for_training
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import functools
 import torch
 from torch import Tensor
 
+from aiayn.fast.attention import kernel_preference
 from aiayn.fast.linear import affine, input_grad, onednn_products
-from aiayn.train.loss import RealTokenLoss, _row_losses, real_token_hidden
+from aiayn.loss import RealTokenLoss, row_losses, real_token_hidden
 
 # Logits per chunk: on a CPU a chunk of 1M-4M logits is read several times while it is
 # still in cache; on a GPU a chunk only bounds memory, and fewer chunks launch fewer kernels.
@@ -25,19 +26,23 @@ class ChunkedRealTokenLoss(RealTokenLoss):
     """`RealTokenLoss` through `projected_label_smoothed_loss`; with `compiled`
     (`train.compile`) the network runs through `torch.compile` (one graph with dynamic
     shapes for the trainer's many batch shapes), and so does each chunk's work between its
-    two products, so that element-wise ops run as fused kernels."""
+    two products, so that element-wise ops run as fused kernels. On a CUDA GPU the network
+    runs with `attention_kernel` as PyTorch's first choice (`attention.kernel_preference`)."""
 
-    def __init__(self, model, eps: float, compiled: bool = False) -> None:
+    def __init__(self, model, eps: float, compiled: bool = False, attention_kernel: str = "auto") -> None:
         super().__init__(model, eps)
-        self.compiled = compiled
+        self.compiled, self.attention_kernel = compiled, attention_kernel
 
     @classmethod
-    def from_core(cls, core: RealTokenLoss, compiled: bool = False) -> ChunkedRealTokenLoss:
-        return cls(core.model, core.eps, compiled)
+    def from_core(
+        cls, core: RealTokenLoss, compiled: bool = False, attention_kernel: str = "auto"
+    ) -> ChunkedRealTokenLoss:
+        return cls(core.model, core.eps, compiled, attention_kernel)
 
     def forward(self, src, tgt_in, positions, target):  # -> (smoothed sum, NLL sum)
         hidden_of = _compiled_real_token_hidden() if self.compiled else real_token_hidden
-        hidden = hidden_of(self.model, src, tgt_in, positions)  # (n_tokens, d_model)
+        with kernel_preference(self.attention_kernel, src.device):
+            hidden = hidden_of(self.model, src, tgt_in, positions)  # (n_tokens, d_model)
         return projected_label_smoothed_loss(
             hidden, self.model.output_weight, target, self.eps, compiled=self.compiled
         )
@@ -129,7 +134,7 @@ def _chunk_terms(
     rank-one correction). What `_projected_sums` computes eagerly between the products,
     written for `torch.compile` to fuse (no in-place ops, no `out=`)."""
     log_p = torch.log_softmax(z.to(acc), dim=-1)  # (rows, V)
-    smoothed, nll = (t.sum() for t in _row_losses(log_p, target, eps))
+    smoothed, nll = (t.sum() for t in row_losses(log_p, target, eps))
     if not with_grad:
         return smoothed, nll, None
     classes = torch.arange(z.size(-1), device=z.device)  # (V,)
@@ -166,7 +171,7 @@ def _projected_sums(
     acc = torch.promote_types(dtype, torch.float32)  # the loss's and gradients' dtype
     w = weight.to(dtype)  # (V, d_model), cast once rather than once per chunk
     n_rows, n_classes = hidden.size(0), weight.size(0)
-    eps = eps if n_classes > 1 else 0.0  # one class: q = p = 1, as in `_row_losses`
+    eps = eps if n_classes > 1 else 0.0  # one class: q = p = 1, as in `row_losses`
     off = eps / (n_classes - 1) if n_classes > 1 else 0.0  # q(k) for k != y
     # Two tensors, not views of one: callers may divide the sums in place.
     smoothed_sum, nll_sum = (torch.zeros((), dtype=acc, device=hidden.device) for _ in range(2))
@@ -194,7 +199,7 @@ def _projected_sums(
                 smoothed, nll, g = _compiled_chunk_terms()(z, y, eps, off, acc, any(grads))
             else:
                 log_p = torch.log_softmax(z, -1, dtype=acc, out=log_p_buf[: h.size(0)])  # (rows, V)
-                smoothed, nll = (t.sum() for t in _row_losses(log_p, y, eps))
+                smoothed, nll = (t.sum() for t in row_losses(log_p, y, eps))
                 g = _eager_p_minus_q(log_p, y, eps, off, z_buf, dtype) if any(grads) else None
             smoothed_sum += smoothed
             nll_sum += nll

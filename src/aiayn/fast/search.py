@@ -1,47 +1,58 @@
-"""The search's fast path: `row_topk` for the strategies, and the buffered cache.
+"""The search's fast path: the core's search driver with the shared cache
+(`kv_cache.SharedKVCache`, its memory kept between searches on a CPU) and `row_topk`.
 
-    search = FastSearch(device)                       # one per Translator
-    with search.options(model) as options:            # one search at a time holds the buffers
-        hyps = beam_search(model, src, config, **options)
+    search = FastSearch(model)                        # one per Translator
+    hyps = search(src, config)                        # as `decode.search.search(model, ...)`
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 
 import torch
 from torch import Tensor
 
-from aiayn.fast.cache import StoreBuffers, buffered_cache
+from aiayn.config import DecodeConfig
+from aiayn.data.vocab import BOS_ID, EOS_ID
+from aiayn.decode.search import Strategy, make_strategy, run_search
+from aiayn.decode.strategy import Hypothesis
+from aiayn.fast.attention import GroupedAttention
+from aiayn.fast.buffers import StoreBuffers
 from aiayn.fast.int8 import cross_store_dtype
+from aiayn.fast.kv_cache import SharedKVCache
 
 
 class FastSearch:
-    """What `beam_search` / `greedy_search` take from the fast path: `row_topk`, and caches
-    whose memory is kept from one search to the next on a CPU (`StoreBuffers`) and whose
-    encoder-decoder stores are in `cross_dtype`: the int8 model's (`int8`), else None (the
-    model's own)."""
+    """`decode.search.search` for one model, with the fast path's pieces: `row_topk`, and a
+    shared cache whose memory is kept from one search to the next on a CPU (`StoreBuffers`:
+    for the life of this object) and whose encoder-decoder stores are in the int8 model's
+    dtype (`int8`). One search holds the kept memory at a time; a search that finds it held
+    (another thread's) allocates its own."""
 
-    def __init__(self, device: str | torch.device, int8: bool = False) -> None:
-        self.buffers = StoreBuffers.for_device(device)
+    def __init__(self, model, int8: bool = False) -> None:
+        if not all(isinstance(layer.self_attn, GroupedAttention) for layer in model.decoder):
+            raise TypeError("FastSearch reads the shared cache through the fast path's "
+                            "attention: give it a model from fast.for_inference")  # fmt: skip
+        self.model = model
+        self.buffers = StoreBuffers.for_device(next(model.parameters()).device)
         self.cross_dtype = cross_store_dtype() if int8 else None
 
-    @contextmanager
-    def options(self, model) -> Iterator[dict]:
-        """-> the keyword arguments of one search: `topk` and `new_cache`."""
+    def __call__(
+        self, src: Tensor, config: DecodeConfig, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+    ) -> list[list[Hypothesis]]:
+        """Greedy search at beam 1, else beam search: per sentence its hypotheses."""
+        strategy = make_strategy(self.model, src, config, eos_id, config.beam == 1, topk=row_topk)
+        return self.run(src, strategy, bos_id)
+
+    def run(self, src: Tensor, strategy: Strategy, bos_id: int = BOS_ID) -> list[list[Hypothesis]]:
+        """`decode.search.run_search` of a given strategy (e.g. a benchmark's, which forces
+        the output lengths; give it `row_topk`) over the shared cache."""
+        model = self.model
         claim = self.buffers.claim() if self.buffers is not None else nullcontext(None)
         with claim as kept:
-            yield {
-                "topk": row_topk,
-                "new_cache": lambda pad: buffered_cache(model, pad, kept, self.cross_dtype),
-            }
-
-
-def search_options(search: FastSearch | None, model):
-    """A context giving one search's keyword arguments: the fast path's (`search`), or none
-    (None: the core's `torch.topk` and `model.new_cache`)."""
-    return search.options(model) if search is not None else nullcontext({})
+            cache = SharedKVCache(len(model.decoder), model.pad_mask(src),
+                                  model.config.attention_window, kept, self.cross_dtype)  # fmt: skip
+            return run_search(model, src, strategy, bos_id, cache)
 
 
 TOPK_CHUNK = 64  # entries per chunk in `row_topk` (the best of 32, 64, 128 and 256)

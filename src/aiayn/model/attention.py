@@ -20,7 +20,7 @@ def attend_mask(
     key_pad_mask: Tensor | None, causal: bool, q_len: int, k_len: int, device: torch.device,
     window: int = 0,
 ) -> Tensor | None:  # fmt: skip
-    """The boolean mask (True = may attend) that `ScaledDotProductAttention` takes.
+    """The boolean mask (True = may attend) of eq. 1 (`MultiHeadAttention.attend`).
 
     key_pad_mask: (batch, k_len), True = padding. With `causal`, query i (the last q_len of
     k_len positions) sees keys j <= i + (k_len - q_len): the decoder's masking (sec. 3.2.3)
@@ -38,25 +38,6 @@ def attend_mask(
         band = band_mask(q_len, k_len, window, causal, device)  # (q_len, k_len)
         mask = band if mask is None else mask & band
     return mask
-
-
-class ScaledDotProductAttention(nn.Module):
-    """Eq. 1 (Figure 2, left): softmax(Q K^T / sqrt(d_k)) V, with `mask` True = attend.
-
-    A module with no weights, so that the fast path can swap in another computation of the
-    same formula (`aiayn.fast.attention.DecodingAttention`).
-    """
-
-    def forward(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, p_drop: float = 0.0,
-        causal: bool = False,
-    ) -> Tensor:  # fmt: skip
-        """q: (batch, heads, q_len, d_k), k: (batch, heads, k_len, d_k), v: (batch, heads,
-        k_len, d_v) -> (batch, heads, q_len, d_v). PyTorch's fused kernel computes exactly
-        this formula (its default scale is 1/sqrt(d_k)); `causal` is its own causal mask."""
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=causal
-        )
 
 
 def attention_weights(q: Tensor, k: Tensor, mask: Tensor | None) -> Tensor:
@@ -93,7 +74,6 @@ class MultiHeadAttention(nn.Module):
         else:
             self.w_qkv = nn.Linear(d_model, n_heads * (2 * d_k + d_v), bias=bias)
         self.w_o = nn.Linear(n_heads * d_v, d_model, bias=bias)
-        self.attention = ScaledDotProductAttention()
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -132,64 +112,40 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor:
         """x: (batch, q_len, d_model) -> (batch, q_len, d_model).
 
-        Self-attention attends over x (plus cached earlier positions); encoder-decoder
-        attention (`cross`) attends over `memory`, or over keys/values already in `cache`.
-        With a cache (the decoder during search) the cache's entries and mask, causal and
-        within the window by construction, replace `causal`, and x holds `rows` hypotheses
-        of the cache's sentences.
+        Self-attention attends over x; encoder-decoder attention (`cross`) over `memory`.
+        With a cache (the decoder during search) self-attention also sees the positions of
+        earlier steps, and encoder-decoder attention computes its keys and values once.
         """
-        p = self.p_drop_attn if self.training else 0.0
         if self.cross:
-            return self._cross(x, memory, key_pad_mask, cache, p)
-        h_dk = self.n_heads * self.d_k
-        q, k, v = self.w_qkv(x).split([h_dk, h_dk, self.n_heads * self.d_v], dim=-1)
-        if cache is not None:
-            # Decoding: the hypotheses of a sentence share its stored entries (cache.py).
-            k = k.unflatten(-1, (self.n_heads, self.d_k))  # (rows, q_len, heads, d_k)
-            k, v, mask = cache.extend(k, v.unflatten(-1, (self.n_heads, self.d_v)))
-            out = self.attention(self._grouped(q, k.size(0)), k, v, mask, p)
-            return self.w_o(self._ungrouped(out, *x.shape[:2]))
-        q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
-        if 0 < self.window < x.size(1):  # restricted (sec. 4): O(window * len), not O(len^2)
-            out = windowed_attention(q, k, v, self.window, key_pad_mask, causal, p)
-        elif causal and key_pad_mask is None:
-            # The whole target at once (training): the kernel's own causal path, no mask tensor.
-            out = self.attention(q, k, v, None, p, causal=True)
+            q = self._heads(self.w_q(x), self.d_k)  # (batch, heads, q_len, d_k)
+            if cache is not None and cache.cross_k is not None:
+                k, v = cache.cross_k, cache.cross_v  # projected at the first step
+            else:
+                k, v = self.project_kv(memory)  # (batch, heads, src_len, d_k | d_v)
+                if cache is not None:
+                    cache.cross_k, cache.cross_v = k, v
         else:
-            mask = attend_mask(key_pad_mask, causal, q.size(2), k.size(2), x.device)
-            out = self.attention(q, k, v, mask, p)  # (batch, heads, q_len, d_v)
+            h_dk = self.n_heads * self.d_k
+            q, k, v = self.w_qkv(x).split([h_dk, h_dk, self.n_heads * self.d_v], dim=-1)
+            q, k, v = self._heads(q, self.d_k), self._heads(k, self.d_k), self._heads(v, self.d_v)
+            if cache is not None:
+                k, v = cache.extend(k, v)  # (batch, heads, earlier + q_len, d_k | d_v)
+        p = self.p_drop_attn if self.training else 0.0
+        out = self.attend(q, k, v, key_pad_mask, causal, p)  # (batch, heads, q_len, d_v)
         return self.w_o(out.transpose(1, 2).flatten(2))  # (batch, q_len, heads * d_v) -> d_model
 
-    def _grouped(self, q: Tensor, sentences: int) -> Tensor:
-        """Queries (rows, q_len, heads * d_k), rows = sentences * g -> (sentences, heads,
-        g * q_len, d_k): the g rows of a sentence, which attend to the same keys, stacked."""
-        rows, q_len, _ = q.shape
-        g = rows // max(sentences, 1)  # rows per sentence (an empty batch has none)
-        q = q.view(sentences, g * q_len, self.n_heads, self.d_k)
-        return q.transpose(1, 2)
-
-    def _ungrouped(self, out: Tensor, rows: int, q_len: int) -> Tensor:
-        """(sentences, heads, g * q_len, d_v) -> (rows, q_len, heads * d_v)."""
-        return out.transpose(1, 2).reshape(rows, q_len, self.n_heads * self.d_v)
-
-    def _cross(
-        self, x: Tensor, memory: Tensor | None, key_pad_mask: Tensor | None,
-        cache: LayerCache | None, p: float,
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, key_pad_mask: Tensor | None, causal: bool,
+        p_drop: float,
     ) -> Tensor:  # fmt: skip
-        """Encoder-decoder attention. x: (rows, q_len, d_model), rows = sentences * g for the
-        g hypotheses of each sentence; memory (sentences, src_len, d_model) -> like x.
-
-        The g hypotheses of a sentence query the same keys, so their queries are stacked
-        into one (g * q_len)-long query per sentence: exactly the attention of each row on
-        its own, but the keys are read once per sentence instead of once per hypothesis.
-        """
-        if cache is not None and cache.cross_k is not None:
-            k, v = cache.cross_k, cache.cross_v
-        else:
-            k, v = self.project_kv(memory)  # (sentences, heads, src_len, d_k | d_v)
-            if cache is not None:
-                k, v = cache.store_cross(k, v)
-        q = self._grouped(self.w_q(x), k.size(0))  # (sentences, heads, g * q_len, d_k)
-        mask = attend_mask(key_pad_mask, False, q.size(2), k.size(2), x.device)
-        out = self.attention(q, k, v, mask, p)  # (sentences, heads, g * q_len, d_v)
-        return self.w_o(self._ungrouped(out, *x.shape[:2]))  # (rows, q_len, d_model)
+        """Eq. 1 for each head: q (batch, heads, q_len, d_k), k and v (batch, heads, k_len,
+        d_k | d_v), the queries the last q_len of the k_len positions -> (batch, heads, q_len,
+        d_v). PyTorch's fused kernel computes exactly this formula (its scale is 1/sqrt(d_k))."""
+        q_len, k_len = q.size(2), k.size(2)
+        if 0 < self.window < q_len == k_len:  # restricted (sec. 4): O(window * len), not O(len^2)
+            return windowed_attention(q, k, v, self.window, key_pad_mask, causal, p_drop)
+        if causal and key_pad_mask is None and q_len == k_len:
+            # A whole target at once (training): the kernel's own causal path, no mask tensor.
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=True)
+        mask = attend_mask(key_pad_mask, causal, q_len, k_len, q.device, self.window)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p_drop)

@@ -6,7 +6,7 @@
     logits = model.project(hidden)                      # (batch, tgt_len, vocab)
 
 Training projects the decoder states of the real target positions only and takes the
-label-smoothed loss of those logits (`train/loss.py`).
+label-smoothed loss of those logits (`loss.py`).
 
 For incremental decoding, `cache = model.new_cache(src_pad_mask)` and pass `cache=` to
 `decode` with only the newest target token(s); the search reorders the cache.
@@ -15,22 +15,12 @@ For incremental decoding, `cache = model.new_cache(src_pad_mask)` and pass `cach
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.config import ModelConfig
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.cache import KVCache, LayerCache
 from aiayn.model.layers import DecoderLayer, Embedding, EncoderLayer, PositionalEncoding
-
-
-class Projection(nn.Module):
-    """The pre-softmax linear transformation (sec. 3.4), hidden W^T with W the (vocab,
-    d_model) output weight, which the model passes in since it is the embedding when tied.
-    A module with no weights of its own, so that the fast path can swap in its product."""
-
-    def forward(self, hidden: Tensor, weight: Tensor) -> Tensor:
-        return F.linear(hidden, weight)  # (..., d_model) -> (..., vocab)
 
 
 class Transformer(nn.Module):
@@ -42,9 +32,9 @@ class Transformer(nn.Module):
         # projection, for the paper's joint source/target vocabulary.
         self.tgt_embed = Embedding(c.vocab_size, c.d_model)
         self.src_embed = self.tgt_embed if c.shared_vocab else Embedding(c.src_vocab_size, c.d_model)
-        if not c.tie_embeddings:
-            self.out_proj = nn.Linear(c.d_model, c.vocab_size, bias=False)
-        self.projection = Projection()
+        self.out_proj = nn.Linear(c.d_model, c.vocab_size, bias=False)  # the pre-softmax layer
+        if c.tie_embeddings:
+            self.out_proj.weight = self.tgt_embed.weight
         # Sec. 3.5. Learned positions (Table 3 row E) get a table per stack, as in ConvS2S
         # [9], the paper's source for them, and tensor2tensor; the sinusoids are one function.
         learned = c.positional == "learned"
@@ -83,7 +73,8 @@ class Transformer(nn.Module):
             if isinstance(module, MultiHeadAttention):
                 module.reset_parameters()
         std = self.config.d_model**-0.5
-        for embed in {self.src_embed, self.tgt_embed}:
+        embeds = [self.tgt_embed] + ([] if self.src_embed is self.tgt_embed else [self.src_embed])
+        for embed in embeds:
             nn.init.normal_(embed.weight, mean=0.0, std=std)
         if not self.config.tie_embeddings:
             nn.init.normal_(self.out_proj.weight, mean=0.0, std=std)
@@ -117,23 +108,22 @@ class Transformer(nn.Module):
         With a cache, `tgt_in` holds only the new positions; earlier ones come from the
         cache, and `memory` may be None once the cache holds the encoder-decoder keys.
         """
-        offset = 0
-        if cache is not None:
-            offset = cache.length
-            cache.advance(tgt_in.size(0), tgt_in.size(1))  # now holds offset + tgt_len positions
+        offset = 0 if cache is None else cache.length
         x = self.embed_dropout(self.tgt_positional(self.tgt_embed(tgt_in), offset))
         for i, layer in enumerate(self.decoder):
             x = layer(x, memory, src_pad_mask, None if cache is None else cache.layers[i])
+        if cache is not None:
+            cache.length += tgt_in.size(1)
         return self.decoder_norm(x)  # (batch, tgt_len, d_model)
 
     @property
     def output_weight(self) -> Tensor:
         """(vocab, d_model): the pre-softmax projection, the target embedding when tied."""
-        return self.tgt_embed.weight if self.config.tie_embeddings else self.out_proj.weight
+        return self.out_proj.weight
 
     def project(self, hidden: Tensor) -> Tensor:
         """The pre-softmax linear transformation (sec. 3.4): (..., d_model) -> (..., vocab)."""
-        return self.projection(hidden, self.output_weight)
+        return self.out_proj(hidden)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits: (batch, src_len), (batch, tgt_len) -> (batch, tgt_len, vocab)."""
@@ -143,8 +133,8 @@ class Transformer(nn.Module):
 
     def new_cache(self, src_pad_mask: Tensor) -> KVCache:
         """An empty incremental-decoding state for a batch with this source padding."""
-        layers = [LayerCache() for _ in self.decoder]
-        return KVCache(layers, src_pad_mask, window=self.config.attention_window)
+        layers = [LayerCache(self.config.attention_window) for _ in self.decoder]
+        return KVCache(layers, src_pad_mask)
 
 
 def count_parameters(model: nn.Module) -> int:

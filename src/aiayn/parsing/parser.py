@@ -8,7 +8,7 @@ each output into a well-formed tree over exactly the input's words.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from aiayn.errors import DataError
@@ -50,3 +50,40 @@ def score_against(ref: str | Path, hyps: Sequence[Tree]) -> EvalbResult:
     if len(gold) != len(hyps):
         raise DataError(f"{ref} has {len(gold)} trees but there are {len(hyps)} parses")
     return score_trees(gold, hyps)
+
+
+def parse_files(translator: Translator, input: str | None, output: str | None) -> int:
+    """`aiayn parse`: the sentences of `input` (None: stdin), one tree per line into `output`
+    (None: stdout; a file is replaced only once every line is done); -> lines written."""
+    import sys
+
+    from aiayn.outfile import AtomicOutput, refuse_output_among_inputs
+
+    refuse_output_among_inputs(output, input)
+    if input is not None:
+        sentences = read_lines(input)
+    else:
+        sentences = [line.rstrip("\n") for line in sys.stdin]
+    lines = tree_lines(parse(translator, sentences))
+    with AtomicOutput(output) as out:
+        out.handle.write("".join(line + "\n" for line in lines))
+    return len(lines)
+
+
+def evaluate_parses(
+    ref: str | Path, hyp: str | Path | None = None, src: str | Path | None = None,
+    translator: Callable[[], Translator] | None = None, hyp_out: str | Path | None = None,
+) -> EvalbResult:
+    """`aiayn evaluate --task parse`: the trees of `hyp`, or the sentences of `src` parsed
+    with `translator()` (then also written to `hyp_out`), scored against the trees of `ref`."""
+    if hyp is not None:
+        hyps = read_tree_lines(hyp)
+    else:
+        sentences = read_lines(src)
+        blank = [n for n, s in enumerate(sentences, start=1) if not s.strip()]
+        if blank:
+            raise DataError(f"{src}: line {blank[0]}: blank; each line needs a sentence")
+        hyps = parse(translator(), sentences)
+        if hyp_out:
+            Path(hyp_out).write_text("".join(t + "\n" for t in tree_lines(hyps)), "utf-8")
+    return score_against(ref, hyps)

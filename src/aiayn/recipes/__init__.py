@@ -1,0 +1,57 @@
+"""Known corpora (Multi30k, WMT14 En-De / En-Fr, constituency parsing) and `prepare_any`,
+what `aiayn prepare` runs: a named recipe, or the user's own files.
+
+    prepare_any(None, "data/mine", {"vocab_size": 2000}, train="corpus/train", valid="corpus/valid")
+    prepare_any("multi30k", "data/multi30k", {}, from_dir="raw/multi30k")
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from aiayn.errors import ConfigError
+
+RECIPES = ("multi30k", "wmt14-en-de", "wmt14-en-fr", "parse")
+
+
+def prepare_any(
+    recipe: str | None, out: str, changes: dict[str, Any], *, train: str | None = None,
+    valid: str | None = None, test: str | None = None, tsv: str | None = None,
+    from_dir: str | None = None,
+) -> None:  # fmt: skip
+    """Prepare `out` from a known `recipe` (None: the user's own files `train` or `tsv`,
+    `valid`, `test`); `changes`: `PrepareOptions` fields that override the recipe's own.
+    A recipe reads its own files (`from_dir`: raw files already on disk, else downloaded);
+    the parsing recipe reads tree files as `train`, `valid`, `test`."""
+    own_files = [train, tsv, valid, test]
+    if recipe == "parse":
+        from aiayn.parsing import prepare as parsing
+
+        if train is None or valid is None or tsv or from_dir or "src" in changes or "tgt" in changes:
+            raise ConfigError("parse: give --train TREES --valid TREES [--test TREES] only")
+        options = replace(parsing.OPTIONS, **changes)
+        parsing.prepare_parse(train=train, valid=valid, test=test, out=out, options=options)
+    elif recipe is None:
+        from aiayn.data.prepare import prepare
+        from aiayn.data.prepare_options import PrepareOptions
+
+        if valid is None or "vocab_size" not in changes or (train is None) == (tsv is None):
+            raise ConfigError("give --train PREFIX (or --tsv FILE), --valid PREFIX, --vocab-size N")
+        prepare(train=train, tsv=tsv, valid=valid, test=test, out=out,
+                options=PrepareOptions(**changes))  # fmt: skip
+    elif any(f is not None for f in own_files):
+        raise ConfigError(f"{recipe} reads its own files; drop --train/--valid/--test/--tsv")
+    elif recipe == "multi30k":
+        from aiayn.recipes import multi30k
+
+        options = replace(multi30k.OPTIONS, **changes)  # checked before any download
+        raw = from_dir or multi30k.download(f"{out}-raw")
+        multi30k.prepare_multi30k(raw, out, options)
+    else:
+        from aiayn.recipes import wmt14
+
+        if "src" in changes or "tgt" in changes:
+            raise ConfigError(f"{recipe} fixes the languages; drop --src/--tgt")
+        options = replace(wmt14.task(recipe).options, **changes)
+        wmt14.prepare_wmt14(recipe, out, raw_dir=from_dir, options=options)

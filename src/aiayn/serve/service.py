@@ -14,9 +14,8 @@ from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import read_config
+from aiayn.checkpoint import Checkpoint
 from aiayn.errors import ConfigError
-from aiayn.fast.linear import warm_up
 from aiayn.model.transformer import parameter_count
 from aiayn.serve.batcher import Batcher, Job, NotReady, QueueFull
 from aiayn.serve.runner import Options, Result, TranslatorRunner
@@ -80,7 +79,7 @@ class Service:
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
-        self.model_config = read_config(Path(config.checkpoint))  # a bad path fails now
+        self.model_config = Checkpoint(config.checkpoint).config  # a bad path fails now
         found = _languages(self.model_config)
         self.languages = (config.src_lang or found[0], config.tgt_lang or found[1])
         self.translator: Translator | None = None
@@ -93,14 +92,13 @@ class Service:
         """In the worker: load, and decode once (so that ready means it has translated)."""
         if self.config.threads is not None:
             torch.set_num_threads(self.config.threads)
+        # long_lived: every kernel shape the CPU's matrix library will be asked for, built
+        # now: each stays for the life of the process, and met one by one as batches of new
+        # sizes came, they made the server's memory creep up over a run.
         translator = Translator.from_checkpoint(
             self.config.checkpoint, device=self.config.device, int8=self.config.int8,
-            max_tokens=self.config.max_batch_tokens,
+            max_tokens=self.config.max_batch_tokens, long_lived=True,
         )  # fmt: skip
-        # Every kernel shape oneDNN will be asked for, built now: each stays for the life of
-        # the process, and met one by one as batches of new sizes came, they made the
-        # server's memory creep up over a run (`fast.linear.bucket_rows`).
-        warm_up(translator.model)
         translator.translate(["warm up"])
         self.parameters = parameter_count(self.model_config.model)
         self.translator = translator

@@ -1,6 +1,6 @@
 """One process, or one of many under `torchrun` (DistributedDataParallel).
 
-    torchrun --nproc_per_node 8 -m aiayn train configs/wmt14_base.yaml
+    torchrun --nproc_per_node 8 -m aiayn train configs/wmt14_en_de_base.yaml
     torchrun --nnodes 2 --node_rank R --master_addr HOST --nproc_per_node 8 -m aiayn train ...
 
 `torchrun` sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT; the process

@@ -13,6 +13,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,14 @@ def perplexity(nll_per_token: float) -> float:
 
 
 class Monitor:
-    def __init__(self, out_dir: Path, start_step: int, max_steps: int, enabled: bool) -> None:
-        self.enabled = enabled
+    """The bar, the log and the run's throughput: `update` is told of every update taken."""
+
+    def __init__(
+        self, out_dir: Path, start_step: int, max_steps: int, enabled: bool, log_every: int = 100
+    ) -> None:  # fmt: skip
+        self.enabled, self.log_every = enabled, log_every
         self.start_time = time.monotonic()
+        self._window_start, self._window_tokens = self.start_time, 0.0  # throughput window
         self._bar = None
         self._log = None
         self._tb = None
@@ -56,10 +62,28 @@ class Monitor:
                 if isinstance(value, (int, float)) and math.isfinite(value):
                     self._tb.add_scalar(f"{event}/{key}", value, step)
 
-    def progress(self, step: int, loss: float, lr: float, tokens_per_s: float) -> None:
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since the run (this process's part of it) started."""
+        return time.monotonic() - self.start_time
+
+    def update(self, step: int, tokens: float, smoothed: float, nll: float, lr: float,
+               **values: Any) -> None:  # fmt: skip
+        """An update taken: its real target tokens and loss sums over them; moves the bar
+        and, every `log_every` steps, writes a "train" line with the tokens per second since
+        the last one (`values`: more fields for it)."""
+        self._window_tokens += tokens
+        speed = self._window_tokens / max(time.monotonic() - self._window_start, 1e-9)
+        loss, nll = smoothed / max(tokens, 1.0), nll / max(tokens, 1.0)
         if self._bar is not None:
             self._bar.n = step
-            self._bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{tokens_per_s:,.0f}")
+            self._bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{speed:,.0f}")
+        if step % self.log_every == 0:
+            self.record(
+                "train", step, loss=loss, nll=nll, ppl=perplexity(nll), lr=lr, tokens=int(tokens),
+                tokens_per_s=round(speed, 1), elapsed_s=round(self.elapsed_s, 1), **values,
+            )  # fmt: skip
+            self._window_start, self._window_tokens = time.monotonic(), 0.0
 
     def message(self, text: str) -> None:
         """A line on stderr that does not break the progress bar."""
@@ -94,8 +118,29 @@ def _tensorboard(path: Path):
     return SummaryWriter(str(path))
 
 
-def format_summary(result: Any) -> str:
-    """The lines printed when a run ends (`result` is a `TrainResult`)."""
+@dataclass
+class TrainResult:
+    """What `train` did; `stopped` is max_steps, max_epochs, max_time, patience or interrupted."""
+
+    out_dir: Path
+    steps: int
+    epoch: int
+    stopped: str
+    final_checkpoint: Path | None
+    best_checkpoint: Path | None = None
+    best_valid_nll: float | None = None
+    last_valid: dict | None = None
+    train_nll: float | None = None  # per target token, last update
+    elapsed_s: float = 0.0
+    signal: int | None = None  # the signal that interrupted the run, if one did
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped == "interrupted"
+
+
+def format_summary(result: TrainResult) -> str:
+    """The lines printed when a run ends."""
     lines = [
         f"training stopped ({result.stopped}) after {result.steps:,} updates, "
         f"epoch {result.epoch}, {result.elapsed_s / 60:.1f} min",

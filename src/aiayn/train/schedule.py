@@ -10,6 +10,7 @@ optimizer's param groups before each update.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 import torch
@@ -40,6 +41,30 @@ def make_optimizer(params: Iterable[torch.nn.Parameter], train: TrainConfig) -> 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+def adam_step(
+    optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, params: list,
+    factor: float, clip_norm: float, lr: float,
+) -> tuple[str, float]:  # fmt: skip
+    """One update of the summed gradients: scaled by `factor` (to a per-token mean), clipped
+    to `clip_norm` (0: not), then Adam at rate `lr`. -> ("ok" | "bad" (a non-finite gradient:
+    no step) | "overflow" (fp16: the scaler skipped the step and lowered its scale), the
+    gradient norm)."""
+    scaler.unscale_(optimizer)
+    for p in params:
+        if p.grad is not None:
+            p.grad.mul_(factor)
+    norm = torch.nn.utils.clip_grad_norm_(params, clip_norm or math.inf).item()
+    if not math.isfinite(norm) and not scaler.is_enabled():
+        return "bad", norm
+    set_lr(optimizer, lr)
+    scale = scaler.get_scale() if scaler.is_enabled() else 1.0
+    scaler.step(optimizer)
+    scaler.update()
+    if scaler.is_enabled() and scaler.get_scale() < scale:
+        return "overflow", norm
+    return "ok", norm
 
 
 def derive_accum_steps(

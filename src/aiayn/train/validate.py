@@ -22,7 +22,7 @@ from aiayn.data.vocab import Vocab
 from aiayn.decode.search import greedy_search
 from aiayn.model.transformer import Transformer
 from aiayn.train.distributed import DistEnv, all_reduce_sum
-from aiayn.train.loss import RealTokenLoss
+from aiayn.loss import RealTokenLoss
 from aiayn.train.monitor import perplexity
 
 

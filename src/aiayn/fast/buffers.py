@@ -1,9 +1,9 @@
-"""The decoding cache's fast path: store memory kept from one search to the next, and
-encoder-decoder stores laid out (and narrowed) for `fast.attention.decoding_attention`.
+"""Memory for the decoding cache's stores, kept from one search to the next (a CPU
+speed-up, not in the paper), for `kv_cache.SharedKVCache`.
 
-    buffers = StoreBuffers()                       # memory kept from one search to the next
+    buffers = StoreBuffers()                       # one per Translator
     with buffers.claim() as kept:                  # kept: `buffers`, or None while in use
-        cache = buffered_cache(model, src_pad_mask, kept)  # one cache per claim, used in it
+        cache = SharedKVCache(n_layers, src_pad_mask, buffers=kept)  # one cache per claim
 """
 
 from __future__ import annotations
@@ -13,12 +13,9 @@ import mmap
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-
-from aiayn.model.cache import KVCache, LayerCache
 
 
 class StoreBuffers:
@@ -37,7 +34,7 @@ class StoreBuffers:
     store has needed. A replacement goes into the one the current store does not occupy,
     since it is copied from the current store. One search uses them at a time (`claim`), with
     one cache, inside the claim; a search that finds them claimed allocates its own memory.
-    The memory stays until `clear()`.
+    The memory stays for the object's life.
     """
 
     def __init__(self) -> None:
@@ -96,24 +93,6 @@ class StoreBuffers:
             pair[free[0]] = fresh
         return fresh[:n].view(shape)
 
-    def holds(self, tensor: Tensor) -> bool:
-        """Whether `tensor` lies in one of the kept buffers (a diagnostic)."""
-        ptr = tensor.untyped_storage().data_ptr()
-        return any(b.untyped_storage().data_ptr() == ptr for b in self._kept())
-
-    @property
-    def nbytes(self) -> int:
-        """The memory kept, in bytes (a diagnostic)."""
-        return sum(b.untyped_storage().nbytes() for b in self._kept())
-
-    def _kept(self) -> list[Tensor]:
-        # A copy: a search in another thread may add a store's pair meanwhile.
-        return [b for pair in list(self._buffers.values()) for b in pair]
-
-    def clear(self) -> None:
-        """Give the kept memory back."""
-        self._buffers.clear()
-
 
 def own_pages(numel: int, like: Tensor) -> Tensor:
     """An uninitialised flat tensor of `numel` elements (dtype and device of `like`): on a
@@ -131,39 +110,3 @@ def own_pages(numel: int, like: Tensor) -> Tensor:
         return like.new_empty(numel)
     nbytes = max(numel * like.element_size(), 1)
     return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=like.dtype, count=numel)
-
-
-@dataclass
-class BufferedLayerCache(LayerCache):
-    """`LayerCache` whose stores take their memory from `buffers` (None: fresh memory) and
-    whose encoder-decoder keys and values are stored contiguous, as `decoding_attention`
-    reads them at every step, in `cross_dtype` (None: the keys' own; the int8 model's
-    bfloat16, `fast/int8.py`). `index`: the layer's place, its stores' key in `buffers`."""
-
-    index: int = 0
-    buffers: StoreBuffers | None = None
-    cross_dtype: torch.dtype | None = None
-
-    def store_cross(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        dtype = self.cross_dtype or k.dtype
-        self.cross_k, self.cross_v = (  # one copy does both
-            t.contiguous() if t.dtype == dtype else t.new_empty(t.shape, dtype=dtype).copy_(t)
-            for t in (k, v)
-        )
-        return self.cross_k, self.cross_v
-
-    def _empty(self, name: str, shape: tuple[int, ...], like: Tensor) -> Tensor:
-        if self.buffers is None:
-            return like.new_empty(shape)
-        return self.buffers.empty((self.index, name), shape, like, getattr(self, name))
-
-
-def buffered_cache(
-    model, src_pad_mask: Tensor, buffers: StoreBuffers | None, cross_dtype: torch.dtype | None = None
-) -> KVCache:
-    """`model.new_cache(src_pad_mask)` with `BufferedLayerCache` layers."""
-    layers = [
-        BufferedLayerCache(index=i, buffers=buffers, cross_dtype=cross_dtype)
-        for i in range(len(model.decoder))
-    ]
-    return KVCache(layers, src_pad_mask, window=model.config.attention_window)

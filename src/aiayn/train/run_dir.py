@@ -1,10 +1,11 @@
-"""The checkpoints of one training run, under `<train.out_dir>/checkpoints/`:
+"""A training run's directory (`train.out_dir`): claimed for one run, and its checkpoints,
+under `<train.out_dir>/checkpoints/`:
 
     step-000123/   a full checkpoint (model + trainer state), one per save; the last
                    `train.keep_last` are kept (sec. 6.1 averages the last 5 or 20)
     best/          the weights with the best dev NLL so far (no trainer state)
     abandoned-after-step-000100/   what a run resumed from step 100 found newer than it
-                   (`RunCheckpoints.set_aside_after`); never read or deleted by aiayn
+                   (`RunDir.set_aside_after`); never read or deleted by aiayn
 
 Every directory is written by `aiayn.checkpoint` under a temporary dot-name and renamed
 into place, and an old one is renamed to a dot-name before it is deleted, so a process
@@ -19,8 +20,9 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from aiayn.checkpoint import META, TRAINER_JSON, TRAINER_TENSORS, read_meta, restore_replaced
-from aiayn.errors import CheckpointError
+from aiayn.atomic_dir import restore_replaced
+from aiayn.checkpoint import META, TRAINER_JSON, TRAINER_TENSORS, Checkpoint
+from aiayn.errors import CheckpointError, ConfigError
 
 CHECKPOINTS, BEST = "checkpoints", "best"
 _STEP = re.compile(r"^step-(\d+)$")
@@ -67,18 +69,49 @@ def resume_candidates(path: str | Path) -> list[Path]:
     return found
 
 
-class RunCheckpoints:
-    """Writes, prunes and finds the checkpoints of one run (used on rank 0 only)."""
+class RunDir:
+    """One run's out_dir: refuses another run's, writes, prunes and finds the checkpoints.
 
-    def __init__(self, out_dir: str | Path, keep_last: int) -> None:
-        self.dir = Path(out_dir) / CHECKPOINTS
+    `resume_from`: the checkpoint the run resumes from, if any. A run's checkpoints in
+    out_dir are continued (a resume from that run), never mixed with a new run's: its
+    pruning would delete the new run's checkpoints as the older ones (or the old run's), and
+    `best/` would be overwritten by a worse model; so anything else is refused here."""
+
+    def __init__(self, out_dir: str | Path, keep_last: int, resume_from: Path | None) -> None:
+        self.out_dir = Path(out_dir)
+        if self.out_dir.exists() and not self.out_dir.is_dir():
+            raise ConfigError(f"train.out_dir={out_dir} is a file; it must be a directory")
+        self.dir = self.out_dir / CHECKPOINTS
         self.keep_last = keep_last
+        found = step_checkpoints(self.dir)
+        if found and not (resume_from is not None and self.holds(resume_from)):
+            raise ConfigError(
+                f"train.out_dir={out_dir} already holds a run (checkpoints up to "
+                f"{found[-1][1].name}); continue it with --resume {out_dir}, or set another "
+                "train.out_dir"
+            )
+
+    def holds(self, path: Path) -> bool:
+        """Whether `path` is one of this run's checkpoints."""
+        return path.parent.resolve() == self.dir.resolve()
+
+    def open_at(self, step: int, resumed: bool) -> None:
+        """Before the first update (rank 0): clean what a killed run left (`clean_temporaries`)
+        and, resuming from `step`, set aside what is newer (`set_aside_after`), saying so."""
+        self.clean_temporaries()
+        aside = self.set_aside_after(step) if resumed else None
+        if aside is not None:
+            target, moved = aside
+            warnings.warn(
+                f"resumed from step {step}: moved the newer {', '.join(moved)} to {target}, so "
+                "that this run's checkpoints are one line of history"
+            )
 
     def clean_temporaries(self) -> None:
         """Remove what a killed run left half-written or half-deleted (dot-names only), after
         putting back a checkpoint it was killed while replacing (`restore_replaced`)."""
         if self.dir.is_dir():
-            for path in restore_replaced(self.dir):
+            for path in restore_replaced(self.dir, META):
                 warnings.warn(f"{path}: put back; the run was killed while replacing it")
             for path in self.dir.glob(".*"):
                 if path.is_dir() and re.search(r"\.(tmp-|old-|deleting)", path.name):
@@ -113,7 +146,7 @@ class RunCheckpoints:
         best = self.best
         if best is not None:
             try:
-                best_step = read_meta(best).get("step")
+                best_step = Checkpoint(best).meta.get("step")
             except CheckpointError:
                 best_step = None  # unreadable: its step cannot vouch for it
             if not isinstance(best_step, int) or best_step > step:

@@ -15,7 +15,7 @@ from aiayn.data.run_data import load_run_data
 from aiayn.errors import CheckpointError
 from aiayn.model.transformer import Transformer
 from aiayn.train.distributed import DistEnv
-from aiayn.train.run_state import LoopState, TrainingState, collect_state, restore, write_checkpoint
+from aiayn.train.resume import LoopState, TrainingState, collect_state, restore, write_checkpoint
 from aiayn.train.schedule import make_optimizer
 from tiny_run import one_thread, prepared_data, tiny_config  # noqa: F401 (autouse fixture)
 

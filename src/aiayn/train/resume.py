@@ -1,5 +1,6 @@
 """A run's resumable state: what a training checkpoint stores and restores (sec. 5.2-5.3:
-the weights, Adam's moments, the step of eq. 3, the data position, every RNG).
+the weights, Adam's moments, the step of eq. 3, the data position, every RNG). A resume
+opens the checkpoint once (`aiayn.checkpoint.Checkpoint`) and takes every part from it.
 
 `trainer_state.json` of a step checkpoint (see `aiayn.checkpoint` for the directory):
 
@@ -28,20 +29,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from aiayn.checkpoint import (
-    TRAINER_JSON,
-    load_weights_into,
-    read_config,
-    read_trainer_state,
-    read_vocabs,
-    read_weights,
-    save_checkpoint,
-)
+from aiayn.checkpoint import TRAINER_JSON, Checkpoint, load_weights_into, save_checkpoint
+from aiayn.config import Config, apply_overrides, load_config, model_differences
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.run_data import RunData
-from aiayn.errors import CheckpointError
+from aiayn.errors import CheckpointError, ConfigError
 from aiayn.train import distributed
-from aiayn.train.state import (
+from aiayn.train.run_dir import resume_candidates
+from aiayn.train.state_json import (
     capture_rng,
     optimizer_from_json,
     optimizer_state_dict,
@@ -104,30 +99,52 @@ def write_checkpoint(
     path: Path, state: TrainingState, data: RunData, payload: tuple | None
 ) -> Path:
     """A checkpoint of the model (+ the trainer state `payload`, if given) at `path`, with
-    the run's config and vocabularies (`data`)."""
-    saved, tensors = payload if payload is not None else (None, None)
+    the run's config, vocabularies and languages (`data`)."""
     loop = state.loop
     meta = {"step": loop.step, "epoch": state.sampler.epoch, "tokens_seen": loop.tokens_seen,
-            "train_nll": loop.last_train_nll, "valid": loop.last_valid}  # fmt: skip
+            "train_nll": loop.last_train_nll, "valid": loop.last_valid,
+            "languages": data.languages}  # fmt: skip
     return save_checkpoint(path, state.model, data.config, data.src_vocab, data.tgt_vocab,
-                           meta, saved, tensors)  # fmt: skip
+                           meta, payload)  # fmt: skip
 
 
 # --- restoring --------------------------------------------------------------------------
+def resume_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """The config a run resumed from `path` continues with: the checkpoint's, plus overrides."""
+    return apply_overrides(Checkpoint(resume_candidates(path)[0]).config, overrides)
+
+
+def run_config(
+    name: str | None, overrides: list[str], resume: str | None, reference: bool = False
+) -> Config:
+    """What `aiayn train [PRESET_OR_CONFIG] [key=value ...] [--resume DIR] [--reference]`
+    trains with: the preset or file `name` with `overrides`; without one, the resumed
+    checkpoint's config (a first `key=value` is an override, not a file name)."""
+    if name is not None and "=" in name and not Path(name).exists():
+        name, overrides = None, [name, *overrides]  # `train --resume DIR key=value`
+    overrides = [*overrides, *(["train.fast=false"] if reference else [])]
+    if name is not None:
+        return load_config(name, overrides)
+    if resume is None:
+        raise ConfigError("give a PRESET_OR_CONFIG, or --resume DIR")
+    return resume_config(resume, overrides)
+
+
 def restore(
     state: TrainingState, candidates: list[Path], data: RunData, env: distributed.DistEnv
 ) -> Path:
     """Load the newest readable of `candidates` into `state`; rank 0's choice holds. The
     checkpoint must hold `data`'s model config and vocabularies."""
-    path, saved, tensors, weights = _read_first(candidates)
-    chosen = Path(distributed.broadcast_from_main(str(path), env))
-    if chosen != path:
-        path, saved, tensors, weights = _read_first([chosen])
-    _check_compatible(path, saved, data, env)
-    _load_saved(state, path, saved, tensors, weights, data.config.train.accum_steps)
+    ckpt, weights = _open_first(candidates)
+    chosen = Path(distributed.broadcast_from_main(str(ckpt.path), env))
+    if chosen != ckpt.path:
+        ckpt, weights = _open_first([chosen])
+    _check_compatible(ckpt, data, env)
+    saved, tensors = ckpt.trainer_state
+    _load_saved(state, ckpt.path, saved, tensors, weights, data.config.train.accum_steps)
     if len(saved["rng"]) == env.world_size:
         restore_rng(saved["rng"][env.rank], tensors, f"rng.{env.rank}")
-    return path
+    return ckpt.path
 
 
 def _load_saved(
@@ -155,14 +172,14 @@ def _load_saved(
     state.loop = loop
 
 
-def _read_first(candidates: list[Path]) -> tuple[Path, dict, dict, dict]:
-    """The first candidate whose trainer state and weights read back whole."""
+def _open_first(candidates: list[Path]) -> tuple[Checkpoint, dict]:
+    """The first candidate whose trainer state and weights read back whole, and its weights."""
     problems = []
     for path in candidates:
         try:
-            state, tensors = read_trainer_state(path)
-            _check_state(path, state, tensors)
-            return path, state, tensors, read_weights(path)
+            ckpt = Checkpoint(path)
+            _check_state(path, *ckpt.trainer_state)
+            return ckpt, ckpt.read_weights()
         except CheckpointError as err:
             warnings.warn(f"skipping {path}: {err}")
             problems.append(str(err))
@@ -171,7 +188,7 @@ def _read_first(candidates: list[Path]) -> tuple[Path, dict, dict, dict]:
 
 def _check_state(path: Path, state: dict, tensors: dict[str, torch.Tensor]) -> None:
     """Everything `restore` reads from the trainer state is there, in this version's form,
-    or a CheckpointError says what is not (and `_read_first` tries an older checkpoint)."""
+    or a CheckpointError says what is not (and `_open_first` tries an older checkpoint)."""
     file = path / TRAINER_JSON
     if state.get("format") != FORMAT:
         raise CheckpointError(f"{file}: trainer state format {state.get('format')!r}")
@@ -192,28 +209,29 @@ def _check_state(path: Path, state: dict, tensors: dict[str, torch.Tensor]) -> N
         raise CheckpointError(f"{file}: malformed trainer state ({err})") from None
 
 
-def _check_compatible(path: Path, state: dict, data: RunData, env: distributed.DistEnv) -> None:
+def _check_compatible(ckpt: Checkpoint, data: RunData, env: distributed.DistEnv) -> None:
     """The checkpoint must hold this model and vocabulary; one rank count per run."""
-    saved, config = read_config(path), data.config
-    if saved.model != config.model:
-        ours, theirs = dataclasses.asdict(config.model), dataclasses.asdict(saved.model)
-        diff = [f"model.{k}: {theirs[k]} in the checkpoint, {ours[k]} now" for k in ours
-                if ours[k] != theirs[k]]  # fmt: skip
+    path, saved, config = ckpt.path, ckpt.config, data.config
+    diff = model_differences(saved.model, config.model, ("in the checkpoint", "now"))
+    if diff:
         hint = (
             "; a run started before attention_bias existed had biases: add "
             "model.attention_bias=true to resume it"
             if saved.model.attention_bias and not config.model.attention_bias
             else ""
         )
-        raise CheckpointError(f"{path}: a different architecture ({'; '.join(diff)}){hint}")
-    src, tgt = read_vocabs(path, saved)
+        raise CheckpointError(
+            f"{path}: a different architecture ({'; '.join(diff)}){hint}"
+        )
+    src, tgt = ckpt.vocabs
     if (src.sha256, tgt.sha256) != (data.src_vocab.sha256, data.tgt_vocab.sha256):
         raise CheckpointError(
             f"{path}: its vocabulary differs from {config.data.dir}'s; resume with the "
             "data it was trained on"
         )
-    if state.get("world_size", 1) != env.world_size:
+    world_size = ckpt.trainer_state[0].get("world_size", 1)
+    if world_size != env.world_size:
         raise CheckpointError(
-            f"{path}: saved by {state.get('world_size')} process(es), resumed by "
+            f"{path}: saved by {world_size} process(es), resumed by "
             f"{env.world_size}; the batch order would differ (resume with the same count)"
         )

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor, nn
 
 
-def _row_losses(log_p: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+def row_losses(log_p: Tensor, target: Tensor, eps: float) -> tuple[Tensor, Tensor]:
     """(smoothed, nll) per row of log-probabilities log_p: (n, V) float32 or float64;
     target: (n,).
 
@@ -58,7 +58,7 @@ def label_smoothed_loss(
     if pad_id is not None:
         keep = target.ne(pad_id)
         z, target = z[keep], target[keep]
-    smoothed, nll = _row_losses(z.log_softmax(dim=-1), target, eps)
+    smoothed, nll = row_losses(z.log_softmax(dim=-1), target, eps)
     return smoothed.sum(), nll.sum()
 
 
