@@ -21,22 +21,32 @@ def module_files(package: Path = PACKAGE) -> dict[str, Path]:
     return found
 
 
-def imported_names(name: str, path: Path) -> set[str]:
-    """Every dotted name `path` imports (absolute; relative imports resolved), with each
-    `from X import y` given as both X and X.y (y may be a submodule)."""
+def imports(name: str, path: Path) -> list[tuple[str, str | None]]:
+    """(dotted name, local name it binds or None) of every import in `path`, relative ones
+    resolved: `import a.b` gives ("a.b", None) and ("a", "a"); `import a.b as c` ("a.b", "c");
+    `from X import y as z` (X, None) and ("X.y", "z") (y may be a submodule)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    names = set()
+    found: list[tuple[str, str | None]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+            for alias in node.names:
+                top = alias.name.partition(".")[0]
+                found += [(alias.name, alias.asname)] if alias.asname else \
+                    [(alias.name, None), (top, top)]  # fmt: skip
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parent, base] if base else parent)
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)
-    return names
+            found.append((base, None))
+            found += [(f"{base}.{alias.name}", alias.asname or alias.name) for alias in node.names]
+    return found
+
+
+def imported_names(name: str, path: Path) -> set[str]:
+    """Every dotted name `path` imports (absolute; relative imports resolved), with each
+    `from X import y` given as both X and X.y (y may be a submodule)."""
+    return {dotted for dotted, _ in imports(name, path)}
 
 
 def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
