@@ -64,7 +64,7 @@ def main() -> None:
                     "max_abs_dev_nll_difference": round(max(
                         abs(a["dev_nll"] - b["dev_nll"])
                         for a, b in zip(curves["fp32"]["dev"], curves["bf16"]["dev"])), 4)},
-         args)  # fmt: skip
+         args, also_loads=("aiayn.cli", "aiayn.train.trainer"))  # the `aiayn train` runs'  # fmt: skip
 
 
 if __name__ == "__main__":

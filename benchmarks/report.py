@@ -3,7 +3,16 @@
     .venv/bin/python benchmarks/report.py [--check]
 
 Writes, from the result files alone (see `results.py`), so that every figure the docs show
-can be traced to the file, command and commit that measured it:
+can be traced to the file, command and commit that measured it. Only results of committed
+code are published (`provenance_problem`): a file whose code had uncommitted changes when the
+run started or ended, or changed during it, is skipped with its reason printed, and the
+newest result of committed code of the same command stands in its place (a benchmark with
+none on a machine is listed as "not measured on committed code"). Files written before
+`results.py` recorded provenance carry a `commit` and `dirty` that ignored untracked files
+and were sometimes edited afterwards: they count as uncommitted. A published row is marked
+stale when a file its run exercised differs now (in this checkout: HEAD in a clean one, so
+a README regenerated with a change goes into the same commit) from the file at its commit;
+a note added after the run (the record's `annotation`) is shown as such.
 - `benchmarks/README.md` between `<!-- report:begin summary -->` and `<!-- report:end
   summary -->`: per machine, the headline figures of the latest result of each benchmark
   command (the same command run again on the same machine replaces the older one);
@@ -23,6 +32,7 @@ matplotlib and FreeType versions; they are the same from run to run on one insta
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import re
 import shlex
@@ -45,22 +55,74 @@ PAPER_ROWS = [
 ]
 
 
+NOT_COMMITTED = "not measured on committed code"
+STALE_NAMES = 3  # the changed files a stale row names
+
+
 class ReportError(Exception):
     """A README without its markers, or a result file that cannot be read."""
 
 
-def load(results_dir: Path = RESULTS) -> list[dict]:
-    """Every result file, oldest first (by its UTC time, then name), with its name added."""
+def load(results_dir: Path = RESULTS, root: Path = ROOT) -> list[dict]:
+    """Every result file, oldest first (by its UTC time, then name), with its name added and,
+    under "stale", the files its run exercised that differ in `root` from its commit's."""
     records = []
     for path in sorted(results_dir.glob("*.json")):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
             record["meta"]["utc"]
-        except (ValueError, KeyError, TypeError) as error:
-            raise ReportError(f"{path}: not a result file of results.py ({error})") from None
+            record["stale"] = stale_files(record, root)
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise ReportError(f"{path}: not a result file of results.py ({error!r})") from None
         record["file"] = path.name
         records.append(record)
     return sorted(records, key=lambda r: (r["meta"]["utc"], r["file"]))
+
+
+def provenance_problem(record: dict) -> str | None:
+    """Why `record` does not describe committed code (so is not published), or None."""
+    p = record["meta"].get("provenance")
+    if p is None:
+        return "no provenance (written before results.py recorded it): treated as uncommitted"
+    start, end = p["start"], p["end"]
+    if start["commit"] is None:
+        return "not run in a git checkout"
+    if start["dirty"]:
+        return f"uncommitted changes to code when it started: {_names(start['changed'])}"
+    if p["changed_during_run"]:
+        return "the code changed during the run"
+    if end["dirty"]:
+        return f"uncommitted changes to code when it ended: {_names(end['changed'])}"
+    if p.get("aiayn_outside_checkout"):
+        return f"aiayn was imported from outside this checkout ({p['aiayn_outside_checkout']})"
+    return None
+
+
+def stale_files(record: dict, root: Path = ROOT) -> list[str]:
+    """The files `record`'s run exercised whose content in `root` is not their content at
+    the run's commit (changed, or removed), sorted; [] without provenance."""
+    exercised = record["meta"].get("provenance", {}).get("exercised", {})
+    stale = []
+    for path, blob in exercised.items():
+        file = root / path
+        if blob is None or not file.is_file() or blob_id(file.read_bytes()) != blob:
+            stale.append(path)
+    return sorted(stale)
+
+
+def blob_id(content: bytes) -> str:
+    """git's id of a blob with this content (`git hash-object`), computed without git."""
+    return hashlib.sha1(b"blob %d\0" % len(content) + content).hexdigest()
+
+
+def published(records: list[dict]) -> list[dict]:
+    """The records of committed code (`provenance_problem`), in their order."""
+    return [r for r in records if provenance_problem(r) is None]
+
+
+def _names(paths: list[str]) -> str:
+    more = len(paths) - STALE_NAMES
+    return ", ".join(paths[:STALE_NAMES]) + (f" and {more} more" if more > 0 else "")
 
 
 def machine(record: dict) -> str:
@@ -262,18 +324,30 @@ def figures(record: dict) -> list[tuple[str, str]]:
 
 
 def _link(record: dict, prefix: str) -> str:
-    note = record["meta"].get("note")
-    dirty = " (uncommitted changes)" if record["meta"].get("dirty") else ""
-    suffix = f": {note}" if note else ""
-    return f"[{record['meta']['utc'][:10]}, {record['meta']['commit']}{dirty}]" \
-           f"({prefix}{record['file']}){suffix}"  # fmt: skip
+    """The file's link: its date and commit, "stale" with the files that changed since, its
+    `--note`, and a note added after the run, marked as such."""
+    note, annotation = record["meta"].get("note"), record.get("annotation")
+    stale = record.get("stale")
+    text = f"[{record['meta']['utc'][:10]}, {record['meta']['commit']}]({prefix}{record['file']})"
+    if stale:
+        text += f" (stale: changed since, {_names(stale)})"
+    text += f": {note}" if note else ""
+    return text + (f" (note added after the run: {annotation})" if annotation else "")
 
 
 def summary_tables(records: list[dict]) -> str:
-    """Per machine, a table of the latest result of each benchmark command."""
-    by_machine: dict[str, list[dict]] = {}
-    for record in latest(records):
+    """Per machine, a table of the latest result of committed code of each benchmark
+    command; a benchmark with results on a machine but none of committed code is listed as
+    not measured."""
+    shown = latest(published(records))
+    by_machine: dict[str, list[dict | str]] = {}
+    for record in shown:
         by_machine.setdefault(machine(record), []).append(record)
+    measured = {(machine(r), r["meta"]["script"]) for r in shown}
+    for record in records:
+        name, script = machine(record), record["meta"]["script"]
+        if (name, script) not in measured and script not in by_machine.get(name, []):
+            by_machine.setdefault(name, []).append(script)
     if not by_machine:
         return "No result files yet.\n"
     out = []
@@ -281,6 +355,9 @@ def summary_tables(records: list[dict]) -> str:
         out += [f"#### {name}", "", "| benchmark | figure | value | result file |",
                 "| --- | --- | --- | --- |"]  # fmt: skip
         for record in by_machine[name]:
+            if isinstance(record, str):  # a script without a result of committed code here
+                out.append(f"| `{record}.py` | {NOT_COMMITTED} | | |")
+                continue
             command = f"`{record['meta']['script']}.py {variant(record)}`".replace(" `", "`")
             rows = figures(record) or [("(no headline figure: see the file)", "")]
             for k, (figure, value) in enumerate(rows):
@@ -295,7 +372,13 @@ def results_table(records: list[dict]) -> str:
     without one), then the paper's rows."""
     rows = ["| task | model | test set | sacreBLEU | hardware, time | paper |",
             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-    for record in latest([r for r in records if r["meta"]["script"] == "demo"]):
+    shown = published(records)
+    for script, task in (("demo", "offline demo (embedded En→De corpus)"),
+                         ("multi30k", "Multi30k En→De")):  # fmt: skip
+        ran = any(r["meta"]["script"] == script for r in records)
+        if ran and not any(r["meta"]["script"] == script for r in shown):
+            rows.append(f"| {task} | {NOT_COMMITTED} | | | | — |")
+    for record in latest([r for r in shown if r["meta"]["script"] == "demo"]):
         result, m = record["result"], record["result"]["model"]
         rows.append(
             f"| offline demo (embedded En→De corpus) | {m['n_layers']}+{m['n_layers']} layers, "
@@ -304,7 +387,7 @@ def results_table(records: list[dict]) -> str:
             f"{result['train_minutes']:g} min of training "
             f"({_link(record, 'benchmarks/results/')}) | — |"
         )
-    for record in latest([r for r in records if r["meta"]["script"] == "multi30k"]):
+    for record in latest([r for r in shown if r["meta"]["script"] == "multi30k"]):
         result = record["result"]
         rows.append(
             f"| Multi30k En→De | `configs/multi30k.yaml`, {result['steps']:,} updates, "
@@ -316,11 +399,11 @@ def results_table(records: list[dict]) -> str:
 
 
 def extrapolation_text(records: list[dict]) -> str:
-    """README's account of the latest `length_extrapolation.py` result: every figure in it
-    read from the file, the comparison's words chosen by those figures."""
-    runs = [r for r in records if r["meta"]["script"] == "length_extrapolation"]
+    """README's account of the latest `length_extrapolation.py` result of committed code:
+    every figure in it read from the file, the comparison's words chosen by those figures."""
+    runs = [r for r in published(records) if r["meta"]["script"] == "length_extrapolation"]
     if not runs:
-        return "No `length_extrapolation.py` result file yet.\n"
+        return f"No `length_extrapolation.py` result of committed code yet ({NOT_COMMITTED}).\n"
     record = runs[-1]
     r = record["result"]
     first, last = r["buckets"][0], r["buckets"][-1]
@@ -476,22 +559,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="write nothing; exit 1 if a README differs from the results")
     args = parser.parse_args(argv)
     try:
-        records = load()
-        texts = readmes(records)
+        records = load(RESULTS, ROOT)
+        texts = readmes(records, READMES)
     except ReportError as error:
         print(f"report.py: {error}", file=sys.stderr)
         return 2
+    for record in records:
+        problem = provenance_problem(record)
+        if problem:
+            print(f"report.py: not published: {record['file']}: {problem}", file=sys.stderr)
     stale = [p for p, text in texts.items() if p.read_text(encoding="utf-8") != text]
     if args.check:
         for path in stale:
-            print(f"{path.relative_to(ROOT)} differs from benchmarks/report.py's output",
+            print(f"{path} differs from benchmarks/report.py's output",
                   file=sys.stderr)  # fmt: skip
         return 1 if stale else 0
     for path in stale:
         path.write_text(texts[path], encoding="utf-8")
-    plot_bleu(records, PLOTS / "multi30k_bleu.png")
-    plot_ratios(records, PLOTS / "speed_ratios.png")
-    plot_extrapolation(records, PLOTS / "length_extrapolation.png")
+    plot_bleu(published(records), PLOTS / "multi30k_bleu.png")
+    plot_ratios(published(records), PLOTS / "speed_ratios.png")
+    plot_extrapolation(published(records), PLOTS / "length_extrapolation.png")
     return 0
 
 

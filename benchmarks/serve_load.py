@@ -174,7 +174,7 @@ def main() -> None:
               "max_requests_per_cell": args.max_requests, "server_threads": args.threads,
               "modes": {name: run_mode(args, name, sentences) for name in MODES}}  # fmt: skip
     report["summary"] = summary(report["modes"], max(args.clients))
-    emit(__file__, report, args)
+    emit(__file__, report, args, also_loads=("aiayn.cli", "aiayn.serve.app"))  # the server's
 
 
 def summary(modes: dict, clients: int) -> dict:

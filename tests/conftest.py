@@ -1,8 +1,10 @@
-"""Shared test helpers: tiny model configs, the location of the shared Multi30k data, and a
-record of the products handed to oneDNN."""
+"""Shared test helpers: tiny model configs, the location of the shared Multi30k data, the
+fast path's oneDNN products forced on wherever the CPU runs them, and a record of the
+products handed to oneDNN."""
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,27 @@ def store_buffers(request):
     kept = StoreBuffers()
     with kept.claim():
         yield kept
+
+
+def onednn_runs_here() -> bool:
+    """Whether this CPU runs `fast.linear`'s oneDNN products: an x86 CPU, of any vendor, and
+    PyTorch built with oneDNN (`onednn_faster_here` says whether they are also the faster)."""
+    return (
+        platform.machine().lower() in ("x86_64", "amd64")
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )  # fmt: skip
+
+
+@pytest.fixture
+def onednn(monkeypatch) -> bool:
+    """`fast.linear`'s products through oneDNN wherever this CPU runs them, whether or not
+    they are the faster here (they are chosen on x86 CPUs not made by Intel): so that a
+    fast-vs-core test compares oneDNN's products with the core's on every x86 CPU, never
+    `F.linear` with itself. -> whether they are on (False: PyTorch's own products, the only
+    ones this CPU runs)."""
+    import aiayn.fast.linear as linear_module
+
+    here = onednn_runs_here()
+    monkeypatch.setattr(linear_module, "onednn_faster_here", lambda: here)
+    return here

@@ -90,7 +90,7 @@ def _log_prob(model, src, content):
 
 @pytest.mark.parametrize("use_fast", [False, True])
 @torch.no_grad()
-def test_cached_greedy_decoding_equals_recomputing_the_prefix(use_fast):
+def test_cached_greedy_decoding_equals_recomputing_the_prefix(use_fast, onednn):
     model = Transformer(tiny_model_config(attention_window=2)).eval()
     config = DecodeConfig(beam=1, max_len_offset=6)
     if use_fast:
@@ -142,7 +142,7 @@ def test_wide_beam_search_with_a_window_equals_exhaustive_enumeration():
 
 
 @torch.no_grad()
-def test_beam_search_with_a_window_is_the_same_on_the_fast_path():
+def test_beam_search_with_a_window_is_the_same_on_the_fast_path(onednn):
     model = Transformer(tiny_model_config(attention_window=2)).eval()
     config = DecodeConfig(beam=3, nbest=3, max_len_offset=8)
     core = beam_search(model, SRC, config)

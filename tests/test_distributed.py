@@ -102,12 +102,16 @@ ChunkedRealTokenLoss.forward = loss
 from aiayn.cli import main
 sys.exit(main(["train", sys.argv[1]]))
 """
-ENDS_WITHIN_S = 30  # from the rank's death to the end of the others
+# A hang guard, not a speed: the survivors' end is event-driven (their next collective finds
+# the peer's socket closed; under torchrun the agent sees the death and stops them), while a
+# hang would last gloo's collective timeout, 30 minutes. A busy machine may take tens of
+# seconds to tear processes down; it does not take 5 minutes.
+ENDS_WITHIN_S = 300  # from the rank's death to the end of the others
 
 
 def _ended_after_death(procs: list[subprocess.Popen], died: Path) -> list[tuple[int, str]]:
     """Wait for the death (the start may be slow on a loaded machine), then at most
-    ENDS_WITHIN_S for every process to end; -> their (exit code, stderr)."""
+    ENDS_WITHIN_S for every process to end (a hang guard); -> their (exit code, stderr)."""
     deadline = time.monotonic() + 300
     while not died.exists() and any(p.poll() is None for p in procs):
         assert time.monotonic() < deadline, "rank 1 never reached its third micro-batch"
@@ -133,8 +137,8 @@ def _ended_after_death(procs: list[subprocess.Popen], died: Path) -> list[tuple[
 @pytest.mark.parametrize("launcher", ["torchrun", "direct"])
 def test_a_dying_rank_ends_the_run_with_an_error_not_a_hang(tmp_path, launcher):
     """Under torchrun the agent stops the survivor; launched directly (as a survivor on
-    another node is) the survivor's own collective fails. Either way: an error, within
-    ENDS_WITHIN_S of the death."""
+    another node is) the survivor's own collective fails. Either way: an error, not a hang
+    (ENDS_WITHIN_S guards the difference)."""
     data = prepared_data(tmp_path / "data")
     config = tiny_config(data, tmp_path / "run", "train.max_steps=1000", "train.accum_steps=1")
     save_yaml(config, tmp_path / "c.yaml")

@@ -1,8 +1,8 @@
 """`aiayn export`: CTranslate2 and HuggingFace MarianMT models that compute aiayn's function.
 
 Random tiny models (d_model 16) for the teacher-forced log-probabilities of every layout
-each target can hold, and the refusals of those it cannot; a tiny model trained for a few
-seconds on the demo corpus for greedy translations and int8 BLEU.
+each target can hold, and the refusals of those it cannot; the fast demo's model, trained
+on the demo corpus, for greedy translations and int8 BLEU.
 """
 
 import json
@@ -10,8 +10,10 @@ import re
 import sys
 from pathlib import Path
 
+import ctranslate2
 import pytest
 import torch
+import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import export_agreement  # noqa: E402
@@ -19,6 +21,7 @@ import export_agreement  # noqa: E402
 from aiayn.checkpoint import load_checkpoint, save_checkpoint  # noqa: E402
 from aiayn.cli import main  # noqa: E402
 from aiayn.config import Config, apply_overrides  # noqa: E402
+from aiayn.demo import demo_config  # noqa: E402
 from aiayn.data.demo_corpus import demo_splits, write_splits  # noqa: E402
 from aiayn.data.prepare import prepare  # noqa: E402
 from aiayn.data.prepare_options import PrepareOptions  # noqa: E402
@@ -31,9 +34,6 @@ from aiayn.model.transformer import Transformer  # noqa: E402
 from aiayn.train.trainer import train  # noqa: E402
 from conftest import tiny_model_config  # noqa: E402
 from tiny_run import one_thread  # noqa: E402, F401  (autouse: one torch thread)
-
-ctranslate2 = pytest.importorskip("ctranslate2")
-transformers = pytest.importorskip("transformers")
 
 SPLITS = demo_splits(n_train=1500, n_valid=20, n_test=40, seed=5)
 
@@ -206,19 +206,22 @@ def test_an_existing_out_is_replaced_only_with_force_and_only_if_an_export(tmp_p
 # --- a trained tiny model: translations --------------------------------------------------
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    """d_model 32, 2 + 2 layers, 200 updates on 1,500 demo pairs: about 15 s."""
+    """The fast demo's model and recipe (`aiayn.demo`: d_model 64, one layer a side, 200
+    updates of 2,000 tokens, a 1,000-piece vocabulary), which tests/test_demo.py holds to
+    BLEU >= 10, trained on 1,500 demo pairs: greedy sacreBLEU 8.6-16.2 over two seeds and
+    the core alone (`train.fast=false`), every test sentence translated differently.
+    A smaller model (d_model 32, a 400-piece vocabulary, 200 updates of 1,500 tokens) had
+    not yet learned to translate (sacreBLEU under 2): on some CPUs its outputs still
+    differed by sentence, on others the float32 rounding of their kernels tipped it into
+    one sentence for every input."""
     root = tmp_path_factory.mktemp("trained")
     threads = torch.get_num_threads()  # module fixtures start before the per-test one_thread
     torch.set_num_threads(1)
     raw = write_splits(SPLITS, root / "raw")
     prepare(train=raw["train"], valid=raw["valid"], out=root / "data",
-            options=PrepareOptions(vocab_size=400, workers=1, quiet=True))  # fmt: skip
-    config = apply_overrides(Config(), [
-        f"data.dir={root / 'data'}", f"train.out_dir={root / 'run'}", "model.d_model=32",
-        "model.n_heads=2", "model.d_ff=64", "model.n_layers=2", "model.p_drop=0.0",
-        "data.max_tokens=1500", "train.update_tokens=1500", "train.max_steps=200",
-        "train.warmup=60", "train.save_every_minutes=0", "train.valid_every_steps=0",
-        "train.device=cpu",
+            options=PrepareOptions(vocab_size=1000, workers=1, quiet=True))  # fmt: skip
+    config = apply_overrides(demo_config(root / "data", root, fast=True), [
+        "train.save_every_steps=0", "train.valid_every_steps=0", "train.device=cpu",
     ])  # fmt: skip
     try:
         return train(config).final_checkpoint
@@ -229,21 +232,28 @@ def trained(tmp_path_factory) -> Path:
 def test_greedy_translations_are_identical_in_every_export(trained, tmp_path):
     sources = [s for s, _ in SPLITS.test]
     ours = export_agreement.aiayn_translations(trained, sources, beam=1, alpha=0.6)
-    assert len(set(ours)) > 1  # the model has learned to tell sentences apart
+    assert len(set(ours)) > len(ours) // 2  # the model tells sentences apart
     ct2 = export_checkpoint(trained, "ctranslate2", tmp_path / "ct2")
     assert export_agreement.ct2_translations(ct2, trained, sources, 1, 0.6) == ours
     hf = export_checkpoint(trained, "huggingface", tmp_path / "hf")
     assert export_agreement.hf_translations(hf, sources, 1, 0.6) == ours
 
 
-def test_int8_ctranslate2_bleu_is_within_half_a_point_of_float32(trained, tmp_path):
+def test_int8_ctranslate2_keeps_nine_tenths_of_float32_bleu(trained, tmp_path):
+    """Beam 4 on the 40 test sentences, CTranslate2 float32 against int8, with the int8
+    kernels CTranslate2 runs on this CPU. Where they sum u8 x s8 products exactly (AVX-512
+    VNNI, AMX) the gap measured under half a point; on x86 CPUs without them CTranslate2's
+    oneDNN kernels add pairs of products in saturating 16-bit sums, and it measured 19.42
+    against 18.70 (-3.7%) on an AVX2 CPU. A broken quantization (a wrong scale, a transposed
+    matrix) loses most of the BLEU: the bound, nine tenths, lies between."""
     sources, refs = zip(*SPLITS.test)
     bleu = {}
     for quantization in ("float32", "int8"):
         out = export_checkpoint(trained, "ctranslate2", tmp_path / quantization, quantization)
         hyps = export_agreement.ct2_translations(out, trained, list(sources), 4, 0.6, quantization)
         bleu[quantization] = score(hyps, list(refs))["sacrebleu"]["score"]
-    assert abs(bleu["int8"] - bleu["float32"]) <= 0.5, bleu
+    assert bleu["float32"] > 5, bleu  # a model that translates: the comparison means something
+    assert bleu["int8"] >= 0.9 * bleu["float32"], bleu
 
 
 def test_the_exports_readme_code_runs(trained, tmp_path, capsys):
@@ -261,8 +271,8 @@ def test_the_exports_readme_code_runs(trained, tmp_path, capsys):
 def test_optimums_onnx_export_with_past_keys_translates_greedily_as_aiayn(trained, tmp_path):
     """README's Deploy: `optimum-cli export onnx --task text2text-generation-with-past` of
     the MarianMT export (here optimum's function behind that command)."""
-    main_export = pytest.importorskip("optimum.exporters.onnx").main_export
-    ort_models = pytest.importorskip("optimum.onnxruntime")
+    from optimum import onnxruntime as ort_models  # the `onnx` extra, which `make install` installs
+    from optimum.exporters.onnx import main_export
     hf = export_checkpoint(trained, "huggingface", tmp_path / "hf")
     main_export(str(hf), output=str(tmp_path / "onnx"), task="text2text-generation-with-past")
     assert (tmp_path / "onnx" / "decoder_with_past_model.onnx").is_file()  # the cached step

@@ -22,22 +22,32 @@ def module_files(package: Path = PACKAGE) -> dict[str, Path]:
     return found
 
 
-def imported_names(name: str, path: Path) -> set[str]:
-    """Every dotted name `path` imports (absolute; relative imports resolved), with each
-    `from X import y` given as both X and X.y (y may be a submodule)."""
+def imports(name: str, path: Path) -> list[tuple[str, str | None]]:
+    """(dotted name, local name it binds or None) of every import in `path`, relative ones
+    resolved: `import a.b` gives ("a.b", None) and ("a", "a"); `import a.b as c` ("a.b", "c");
+    `from X import y as z` (X, None) and ("X.y", "z") (y may be a submodule)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    names = set()
+    found: list[tuple[str, str | None]] = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
+            for alias in node.names:
+                top = alias.name.partition(".")[0]
+                found += [(alias.name, alias.asname)] if alias.asname else \
+                    [(alias.name, None), (top, top)]  # fmt: skip
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parent = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parent, base] if base else parent)
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)
-    return names
+            found.append((base, None))
+            found += [(f"{base}.{alias.name}", alias.asname or alias.name) for alias in node.names]
+    return found
+
+
+def imported_names(name: str, path: Path) -> set[str]:
+    """Every dotted name `path` imports (absolute; relative imports resolved), with each
+    `from X import y` given as both X and X.y (y may be a submodule)."""
+    return {dotted for dotted, _ in imports(name, path)}
 
 
 def import_graph(files: dict[str, Path]) -> dict[str, set[str]]:
@@ -106,74 +116,3 @@ def test_the_check_sees_cycles_through_type_checking_function_and_relative_impor
     (package / "b.py").write_text("X = 1\n")
     assert cycles(import_graph(module_files(package))) == []
 
-
-ENTRIES = {"for_training", "for_inference"}  # the fast path's only ways in (aiayn.fast)
-
-
-def fast_path_uses(path: Path) -> set[str]:
-    """What a module takes from `aiayn.fast`: `aiayn.fast.x` for `from aiayn.fast import x`,
-    for `fast.x` after `from aiayn import fast`, and for `import aiayn.fast.x`."""
-    used, bound = set(), set()
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "aiayn":
-            bound |= {a.asname or a.name for a in node.names if a.name == "fast"}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("aiayn.fast"):
-            used |= {f"{node.module}.{a.name}" for a in node.names}
-        elif isinstance(node, ast.Import):
-            used |= {a.name for a in node.names if a.name.startswith("aiayn.fast")}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-            if node.value.id in bound:
-                used.add(f"aiayn.fast.{node.attr}")
-    return used
-
-
-def test_the_core_imports_no_fast_path_and_the_fast_path_no_trainer():
-    """The layering of DESIGN's core/fast split on the import graph: nothing in `model/`,
-    `decode/` or the loss runs `aiayn.fast`; nothing in `fast/` runs `aiayn.train`."""
-    graph = import_graph(module_files())
-    core = [m for m in graph if m.startswith(("aiayn.model", "aiayn.decode")) or m == "aiayn.loss"]
-    assert "aiayn.loss" in core and "aiayn.model.attention" in core
-    reach = {m: reachable(graph, m) for m in graph}
-    assert [m for m in core if any(r.startswith("aiayn.fast") for r in reach[m])] == []
-    fast_modules = [m for m in graph if m.startswith("aiayn.fast")]
-    assert [m for m in fast_modules if any(r.startswith("aiayn.train") for r in reach[m])] == []
-
-
-def test_outside_the_fast_path_only_its_two_entries_are_used():
-    files = module_files()
-    found = {
-        name: uses - {f"aiayn.fast.{entry}" for entry in ENTRIES}
-        for name, path in files.items()
-        if not name.startswith("aiayn.fast") and (uses := fast_path_uses(path))
-    }
-    assert {name for name, extra in found.items() if not extra} >= {
-        "aiayn.train.trainer", "aiayn.translate"
-    }  # the two callers, each through its entry
-    assert {name: extra for name, extra in found.items() if extra} == {}
-
-
-def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
-    """Every module importing `start` runs, transitively."""
-    seen, todo = set(), [start]
-    while todo:
-        for other in graph[todo.pop()]:
-            if other not in seen:
-                seen.add(other)
-                todo.append(other)
-    return seen
-
-
-def test_the_entry_check_sees_every_way_of_reaching_into_the_fast_path(tmp_path):
-    module = tmp_path / "m.py"
-    cases = {
-        "from aiayn import fast\nfast.for_inference(m)\n": {"aiayn.fast.for_inference"},
-        "from aiayn import fast as f\nf.apply(m)\n": {"aiayn.fast.apply"},
-        "from aiayn.fast.int8 import quantize_int8\n": {"aiayn.fast.int8.quantize_int8"},
-        "import aiayn.fast.linear\n": {"aiayn.fast.linear"},
-        "from aiayn.fast import for_training\n": {"aiayn.fast.for_training"},
-    }
-    for text, expected in cases.items():
-        module.write_text(text)
-        assert fast_path_uses(module) == expected, text

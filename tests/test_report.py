@@ -1,7 +1,8 @@
 """`benchmarks/report.py`: the committed READMEs are what it makes of the committed results;
-it is deterministic; its tables show the latest result of each command per machine, and the
-README's BLEU rows only from result files. The plots' bytes are compared run against run
-on this installation only (they depend on matplotlib's and FreeType's versions)."""
+it is deterministic; its tables show the latest result of committed code of each command per
+machine, marked stale where the files its run exercised have changed since, and the README's
+BLEU rows only from result files. The plots' bytes are compared run against run on this
+installation only (they depend on matplotlib's and FreeType's versions)."""
 
 import copy
 import json
@@ -14,12 +15,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import report  # noqa: E402
 
 
-def _record(script: str, utc: str, result: dict, command: str = "", note: str = "") -> dict:
+def _state(dirty: bool = False, commit: str = "abc1234" + "0" * 33) -> dict:
+    return {"commit": commit, "dirty": dirty, "diff": "0123abcd" if dirty else None,
+            "changed": ["src/aiayn/x.py"] if dirty else []}  # fmt: skip
+
+
+def _provenance(start: dict | None = None, end: dict | None = None, exercised=None) -> dict:
+    start, end = start or _state(), end or _state()
+    return {"start": start, "end": end, "exercised": exercised or {},
+            "changed_during_run": (start["commit"], start["diff"]) != (end["commit"], end["diff"])}
+
+
+def _record(script: str, utc: str, result: dict, command: str = "", note: str = "",
+            provenance: dict | None = None) -> dict:  # fmt: skip
+    """A result of committed code, unless `provenance` says otherwise."""
     return {
         "meta": {"script": script, "utc": utc, "commit": "abc1234", "dirty": False, "note": note,
                  "command": f".venv/bin/python benchmarks/{script}.py {command}".strip(),
                  "cpu": {"name": "Test CPU", "family": "6", "model": "1", "logical_cpus": 2},
-                 "gpu": None},
+                 "gpu": None, "provenance": provenance or _provenance()},
         "result": result,
     }  # fmt: skip
 
@@ -56,11 +70,15 @@ def test_committed_readmes_are_what_report_makes_of_the_committed_results():
     assert report.main(["--check"]) == 0, "run .venv/bin/python benchmarks/report.py"
 
 
-def test_every_committed_result_is_listed_with_its_file():
+def test_every_published_result_is_listed_with_its_file_and_no_other():
     records = report.load()
     summary = report.READMES["summary"].read_text(encoding="utf-8")
-    for record in report.latest(records):
+    shown = report.latest(report.published(records))
+    for record in shown:
         assert f"(results/{record['file']})" in summary
+    for record in records:
+        if record not in shown:
+            assert f"(results/{record['file']})" not in summary
 
 
 def test_report_is_deterministic(tmp_path):
@@ -234,3 +252,102 @@ def test_recipe_search_rows_rank_the_variants_by_dev_bleu():
     costs = {"stage": "costs", "seconds_per_update": {"base": 0.63, "layers_6": 1.1}}
     assert report.figures(_record("recipe_search", "2026-01-01T00:00:00Z", costs)) == [
         ("base: CPU seconds per update", "0.630"), ("layers_6: CPU seconds per update", "1.100")]
+
+
+def test_results_of_uncommitted_code_are_not_published_and_committed_ones_stand_in(tmp_path):
+    dirty = _provenance(start=_state(dirty=True), end=_state(dirty=True))
+    records = [
+        _record("train_speed", "2026-01-01T00:00:00Z", _speed(1.11)),
+        _record("train_speed", "2026-01-02T00:00:00Z", _speed(1.22), provenance=dirty),
+        _record("serve_load", "2026-01-02T00:00:00Z", {}, provenance=dirty),
+        {k: v for k, v in _record("demo", "2026-01-02T00:00:00Z", {}).items()},
+    ]  # fmt: skip
+    del records[3]["meta"]["provenance"]  # a file of the old layout: its dirty=False is not trusted
+    _write(tmp_path / "results", records)
+    loaded = report.load(tmp_path / "results")
+    assert [r["file"] for r in report.published(loaded)] == ["0.json"]
+    table = report.summary_tables(loaded)
+    assert "1.11" in table and "1.22" not in table  # the newest result of committed code
+    assert "| `serve_load.py` | not measured on committed code | | |" in table
+    assert "| `demo.py` | not measured on committed code | | |" in table
+    assert "(results/1.json)" not in table and "(results/2.json)" not in table
+    readme = report.results_table(loaded)
+    assert "| offline demo (embedded En→De corpus) | not measured on committed code |" in readme
+    assert "Multi30k" not in readme  # never run: no row
+    assert "of committed code yet" in report.extrapolation_text(
+        [{**_record("length_extrapolation", "2026-01-01T00:00:00Z", EXTRAPOLATION, provenance=dirty),
+          "file": "x.json"}])  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "provenance, reason",
+    [(None, "no provenance (written before results.py recorded it): treated as uncommitted"),
+     (_provenance(start=_state(dirty=True)), "uncommitted changes to code when it started: "
+      "src/aiayn/x.py"),
+     (_provenance(end=_state(dirty=True)), "the code changed during the run"),
+     (_provenance(end=_state(commit="f" * 40)), "the code changed during the run"),
+     (_provenance(start=_state(commit=None), end=_state(commit=None)), "not run in a git checkout"),
+     ({**_provenance(), "aiayn_outside_checkout": "/elsewhere/src/aiayn"},
+      "aiayn was imported from outside this checkout (/elsewhere/src/aiayn)"),
+     (_provenance(), None)],
+)  # fmt: skip
+def test_why_a_result_is_not_one_of_committed_code(provenance, reason):
+    record = _record("demo", "2026-01-01T00:00:00Z", {})
+    record["meta"]["provenance"] = provenance
+    if provenance is None:
+        del record["meta"]["provenance"]
+    assert report.provenance_problem(record) == reason
+
+
+def test_a_row_whose_exercised_files_changed_since_says_it_is_stale(tmp_path):
+    root = tmp_path / "root"
+    (root / "src").mkdir(parents=True)
+    for name in ("a.py", "b.py", "c.py", "d.py", "same.py"):
+        (root / "src" / name).write_text(f"# {name}\n")
+    blobs = {f"src/{name}": report.blob_id(f"# {name}\n".encode())
+             for name in ("a.py", "b.py", "c.py", "d.py", "same.py")}  # fmt: skip
+    fresh = _record("train_speed", "2026-01-01T00:00:00Z", _speed(1.5), "--sizes small",
+                    provenance=_provenance(exercised=dict(blobs)))  # fmt: skip
+    _write(tmp_path / "results", [fresh])
+    assert "stale" not in report.summary_tables(report.load(tmp_path / "results", root))
+    for name in ("a.py", "b.py", "c.py"):
+        (root / "src" / name).write_text("# changed\n")
+    (root / "src" / "d.py").unlink()  # removed counts as changed
+    record = report.load(tmp_path / "results", root)[0]
+    assert record["stale"] == ["src/a.py", "src/b.py", "src/c.py", "src/d.py"]
+    table = report.summary_tables([record])
+    assert "(results/0.json) (stale: changed since, src/a.py, src/b.py, src/c.py and 1 more)" in table
+    assert report.provenance_problem(record) is None  # stale, yet published
+
+
+def test_blob_id_is_gits():
+    import subprocess
+
+    text = b"x = 1\n"
+    git = subprocess.run(["git", "hash-object", "--stdin"], input=text, capture_output=True,
+                         check=True).stdout.decode().strip()  # fmt: skip
+    assert report.blob_id(text) == git
+
+
+def test_a_note_added_after_the_run_is_shown_as_such(tmp_path):
+    record = _record("train_speed", "2026-01-01T00:00:00Z", _speed(1.5), note="quiet machine")
+    record["annotation"] = "the note's machine was another job's"
+    _write(tmp_path / "results", [record])
+    table = report.summary_tables(report.load(tmp_path / "results"))
+    assert ("(results/0.json): quiet machine (note added after the run: the note's machine was "
+            "another job's)") in table  # fmt: skip
+
+
+def test_report_prints_why_it_skips_a_file(tmp_path, monkeypatch, capsys):
+    dirty = _provenance(start=_state(dirty=True), end=_state(dirty=True))
+    _write(tmp_path / "results", [_record("demo", "2026-01-01T00:00:00Z", {}, provenance=dirty)])
+    readme = tmp_path / "README.md"
+    readme.write_text("<!-- report:begin results -->\n<!-- report:end results -->\n")
+    monkeypatch.setattr(report, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(report, "READMES", {"results": readme})
+    monkeypatch.setattr(report, "PLOTS", tmp_path / "plots")
+    assert report.main([]) == 0
+    err = capsys.readouterr().err
+    assert "not published: 0.json: uncommitted changes to code when it started: src/aiayn/x.py" in err
+    assert "| offline demo (embedded En→De corpus) | not measured on committed code |" in readme.read_text()
+    assert report.main(["--check"]) == 0

@@ -60,7 +60,9 @@ def test_a_short_run_learns_logs_and_keeps_the_last_and_best_checkpoints(data, t
 
 
 @pytest.mark.parametrize("tied", [True, False])
-def test_the_gradient_is_the_mean_over_the_updates_target_tokens(data, tmp_path, monkeypatch, tied):
+def test_the_gradient_is_the_mean_over_the_updates_target_tokens(
+    data, tmp_path, monkeypatch, tied, onednn
+):
     """Accumulated micro-batches, each a sum over its tokens; / all tokens of the update.
     The reference builds the full logits; the trainer's chunked loss (one token a chunk
     here) must give the same gradients, with the output projection tied or not."""

@@ -1,7 +1,6 @@
 import dataclasses
 import json
 import math
-import time
 
 import pytest
 import torch
@@ -211,6 +210,8 @@ def test_parameter_count_equals_a_real_model():
 
 
 def test_tiny_model_overfits_twenty_pairs_and_every_parameter_learns():
+    """A budget of updates, not of seconds (a busy machine takes longer for the same
+    updates): under 0.01 within 400 (this seed: 156)."""
     torch.manual_seed(1)
     config = tiny_model_config(d_model=32, d_ff=64, vocab_size=40)
     model = Transformer(config)
@@ -218,7 +219,6 @@ def test_tiny_model_overfits_twenty_pairs_and_every_parameter_learns():
     tgt = torch.randint(4, 40, (20, 8))
     tgt_in = torch.cat([torch.full((20, 1), 2), tgt[:, :-1]], dim=1)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    start = time.perf_counter()
     for step in range(400):
         loss = torch.nn.functional.cross_entropy(model(src, tgt_in).flatten(0, 1), tgt.flatten())
         optimizer.zero_grad()
@@ -230,4 +230,3 @@ def test_tiny_model_overfits_twenty_pairs_and_every_parameter_learns():
         if loss.item() < 0.01:
             break
     assert loss.item() < 0.01
-    assert time.perf_counter() - start < 30

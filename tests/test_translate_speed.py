@@ -62,6 +62,21 @@ def test_agreement_stops_when_the_float32_cache_disagrees(monkeypatch):
 
 
 def test_the_peers_are_aiayn_exports_and_agree_with_aiayn(tmp_path):
+    """The float32 peers compute aiayn's function (within float32 rounding), and the int8
+    export holds aiayn's network with 8-bit weights.
+
+    How close CTranslate2's int8 products come is CTranslate2's, and the CPU's: on x86 CPUs
+    not made by Intel it multiplies int8 through oneDNN (MKL on Intel's), whose u8 x s8
+    kernels on a CPU without AVX-512 VNNI or AMX add pairs of products in saturating 16-bit
+    sums, as fbgemm's do (the reason `Int8Linear` keeps 7 bits there). Measured max |log p|
+    difference on this tiny model: 0.997 on such an AVX2 CPU (0.067 on the same CPU with
+    CT2_USE_MKL=1), under 0.5 where the sums are exact. `translate_speed.py` reports the
+    figure; it is not aiayn's to bound, so here it is only reported (and > 0: quantized).
+    The export itself is checked on every CPU with CTranslate2's float32 products over its
+    int8 weights, where only the weights' rounding is left: measured 0.045 (another random
+    network of this shape: ~4)."""
+    import ctranslate2
+
     config = ModelConfig(vocab_size=translate_speed.VOCAB, d_model=32, d_ff=64, n_heads=4,
                          n_layers=2)  # fmt: skip
     systems, names = translate_speed.build_systems(config, "cpu", "float32", str(tmp_path))
@@ -71,4 +86,8 @@ def test_the_peers_are_aiayn_exports_and_agree_with_aiayn(tmp_path):
     sents = [s[:-1] + [EOS_ID] for s in SENTS]  # as `sources` makes them: the export adds eos
     diffs = translate_speed.agreement(systems, sents, 6, "cpu", names)
     assert diffs["ctranslate2_float32"] <= 1e-4 and diffs["transformers_marian"] <= 1e-4
-    assert 0 < diffs["ctranslate2_int8"] < 0.5  # int8's rounding, reported
+    assert diffs["ctranslate2_int8"] > 0  # int8's rounding, reported
+    weights = ctranslate2.Translator(str(tmp_path / "ct2_int8"), compute_type="float32")
+    checked = {"aiayn_float32": systems["aiayn_float32"], "ctranslate2_int8_weights": weights}
+    assert 0 < translate_speed.agreement(checked, sents, 6, "cpu", names)[
+        "ctranslate2_int8_weights"] < 0.1  # fmt: skip

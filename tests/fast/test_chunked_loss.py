@@ -9,6 +9,9 @@ import torch
 from aiayn.fast.loss import projected_label_smoothed_loss
 from aiayn.loss import label_smoothed_loss
 
+# oneDNN's products wherever the CPU runs them (conftest), not only where they are chosen.
+pytestmark = pytest.mark.usefixtures("onednn")
+
 
 def _reference(hidden, weight, target, eps):
     """The loss of the full logits, and autograd's gradients of its smoothed sum."""

@@ -37,6 +37,8 @@ from aiayn.translate import Translator
 from conftest import tiny_model_config
 from tiny_run import one_thread, prepared_data, tiny_config  # noqa: F401 (autouse fixture)
 
+pytestmark = pytest.mark.usefixtures("onednn")  # oneDNN's products wherever the CPU runs them
+
 CORE_PIECES = (nn.Linear, nn.Dropout, Residual, PositionwiseFeedForward, MultiHeadAttention,
                RealTokenLoss)  # fmt: skip
 

@@ -7,6 +7,9 @@ import torch
 from aiayn.fast.feedforward import FusedFeedForward
 from aiayn.model.layers import PositionwiseFeedForward
 
+# oneDNN's products wherever the CPU runs them (conftest), not only where they are chosen.
+pytestmark = pytest.mark.usefixtures("onednn")
+
 
 def fused(core: PositionwiseFeedForward) -> FusedFeedForward:
     return FusedFeedForward.from_core(core)

@@ -14,10 +14,10 @@ from aiayn import fast
 from aiayn.config import ModelConfig
 from aiayn.fast.linear import OneDnnLinear, affine, cpu_vendor, input_grad, linear
 from aiayn.model.transformer import Transformer
+from conftest import onednn_runs_here
 
 needs_onednn = pytest.mark.skipif(
-    not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")),
-    reason="PyTorch built without oneDNN",
+    not onednn_runs_here(), reason="not an x86 CPU, or PyTorch built without oneDNN"
 )
 
 
@@ -31,12 +31,6 @@ class _OpNames(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.names.append(func._schema.name)
         return func(*args, **(kwargs or {}))
-
-
-@pytest.fixture
-def onednn(monkeypatch):
-    """oneDNN's products, whatever this machine's CPU."""
-    monkeypatch.setattr(linear_module, "onednn_faster_here", lambda: True)
 
 
 @pytest.fixture
