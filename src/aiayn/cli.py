@@ -370,7 +370,8 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     p.add_argument("--task", choices=("translate", "parse"), default="translate",
-                   help="parse: --ref and --hyp hold trees; EVALB-style F1 (sec. 6.3)")
+                   help="parse: --ref and --hyp hold trees; EVALB's figures (COLLINS.prm) and a "
+                   "strict F1 (sec. 6.3)")
     p.set_defaults(run=_run_evaluate)
 
 
@@ -496,24 +497,11 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 
 def _run_evaluate_parse(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from aiayn.parsing.parser import evaluate_parse
 
-    from aiayn.evaluate import read_lines
-    from aiayn.parsing.evalb import format_result
-    from aiayn.parsing.parser import parse, read_tree_lines, score_against, tree_lines
-
-    if args.hyp is not None:
-        hyps = read_tree_lines(args.hyp)
-    else:
-        sentences = read_lines(args.src)
-        blank = [n for n, s in enumerate(sentences, start=1) if not s.strip()]
-        if blank:
-            raise DataError(f"{args.src}: line {blank[0]}: blank; each line needs a sentence")
-        hyps = parse(_translator(args), sentences)
-        if args.hyp_out:
-            Path(args.hyp_out).write_text("".join(t + "\n" for t in tree_lines(hyps)), "utf-8")
-    result = score_against(args.ref, hyps)
-    print(json.dumps(result.as_dict()) if args.json else format_result(result))
+    report = evaluate_parse(args.ref, hyp=args.hyp, src=args.src, hyp_out=args.hyp_out,
+                            translator=lambda: _translator(args), as_json=args.json)
+    print(report)
     return 0
 
 
