@@ -126,13 +126,16 @@ def test_evaluate_parse_counts_malformed_and_missing_parses_and_goes_on(tmp_path
 
 
 def test_gold_trees_are_read_as_evalb_reads_them(tmp_path):
-    # a treebank's .mrg: trees over several lines, an unlabeled root kept as EVALB sees it
+    # a treebank's .mrg: trees over several lines, each joined onto one; the unlabeled root
+    # is named TOP, which COLLINS.prm deletes, as aiayn's parses name it
     mrg = tmp_path / "wsj_0001.mrg"
     mrg.write_text("( (S (NP-SBJ (NNP Pierre))\n    (VP (VBZ sleeps))\n    (. .)) )\n\n"
-                   "( (S (NP (PRP He)) (VP (VBD ran)) ))\n")  # fmt: skip
-    expected = ["( (S (NP-SBJ (NNP Pierre)) (VP (VBZ sleeps)) (. .)) )",
-                "( (S (NP (PRP He)) (VP (VBD ran)) ))"]
+                   "((S (NP (PRP He)) (VP (VBD ran)) ))\n")  # fmt: skip
+    expected = ["(TOP (S (NP-SBJ (NNP Pierre)) (VP (VBZ sleeps)) (. .)) )",
+                "(TOP(S (NP (PRP He)) (VP (VBD ran)) ))"]
     assert reference_lines(mrg) == reference_lines(tmp_path) == expected
+    parse = "(TOP (S (NP (NNP Pierre)) (VP (VBZ sleeps)) (. .)))"
+    assert score_lines(expected[:1], [parse]).all.matched == 3  # S, NP, VP: all of them
     # one tree a line, as EVALB's gold file: a blank or malformed line is a sentence
     lines = tmp_path / "gold.txt"
     lines.write_text("(S (NN a))\n\n(S (NN b)\n")

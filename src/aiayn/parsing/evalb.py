@@ -136,7 +136,7 @@ class Sentence:
     line: int
     status: str  # VALID, ERROR, SKIP
     length: int  # the gold tree's, for CUTOFF_LEN
-    gold: int = 0  # scored brackets (valid sentences)
+    gold: int = 0  # scored brackets, where EVALB gets as far as scoring (its row)
     test: int = 0
     matched: int = 0
     crossing: int = 0
@@ -192,6 +192,11 @@ def _matched(gold: list[tuple[str, int, int]], test: list[tuple[str, int, int]])
     return matched
 
 
+def recall_precision(matched: int, gold: int, test: int) -> tuple[float, float]:
+    """Labeled recall and precision in percent, 0 where there is no bracket (as EVALB)."""
+    return (100.0 * matched / gold if gold else 0.0, 100.0 * matched / test if test else 0.0)
+
+
 @dataclass
 class Counts:
     """EVALB's totals over one block of its summary: all sentences, or len <= CUTOFF_LEN."""
@@ -229,8 +234,7 @@ class Counts:
 
     def figures(self) -> dict[str, float]:
         """EVALB's figures, unrounded; F1 is NaN where recall and precision are both 0."""
-        r = 100.0 * self.matched / self.gold if self.gold else 0.0
-        p = 100.0 * self.matched / self.test if self.test else 0.0
+        r, p = recall_precision(self.matched, self.gold, self.test)
         per = (lambda x: 100.0 * x / self.valid) if self.valid else (lambda x: 0.0)
         return {"recall": r, "precision": p, "f1": 2 * p * r / (p + r) if p + r else math.nan,
                 "complete_match": per(self.complete),
@@ -258,15 +262,15 @@ class StrictCounts:
 
     @property
     def recall(self) -> float:
-        return 100.0 * self.matched / self.gold if self.gold else 0.0
+        return recall_precision(self.matched, self.gold, self.test)[0]
 
     @property
     def precision(self) -> float:
-        return 100.0 * self.matched / self.test if self.test else 0.0
+        return recall_precision(self.matched, self.gold, self.test)[1]
 
     @property
     def f1(self) -> float:
-        p, r = self.precision, self.recall
+        r, p = recall_precision(self.matched, self.gold, self.test)
         return 2 * p * r / (p + r) if p + r else 0.0
 
     def as_dict(self) -> dict:

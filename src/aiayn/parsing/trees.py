@@ -128,10 +128,11 @@ def read_trees(path: str | Path) -> list[Tree]:
 
 
 def tree_texts(text: str, where: str = "<text>") -> list[str]:
-    """The text of each tree in ``text`` on one line, as EVALB reads a tree: line breaks and
-    runs of spaces become one space, nothing else changes (``( (S`` keeps its unlabeled
-    bracket). Errors as `parse_trees`' for a bracket never closed, a ``)`` that closes
-    nothing and a word outside any tree."""
+    """The text of each tree in ``text`` on one line, for EVALB: line breaks and runs of
+    spaces become one space, and the treebank's unlabeled outer bracket, ``( (S``, is named
+    TOP as `parse_trees` names it (COLLINS.prm deletes TOP; it would score a bracket without
+    a label); nothing else changes. Errors as `parse_trees`' for a bracket never closed, a
+    ``)`` that closes nothing and a word outside any tree."""
     found: list[str] = []
     depth, opened, start = 0, 0, 0
     lines = text.split("\n")
@@ -147,7 +148,8 @@ def tree_texts(text: str, where: str = "<text>") -> list[str]:
                 raise DataError(f"{where}: line {line_of[i]}: ')' closes no open bracket")
             depth -= 1
             if depth == 0:
-                found.append(_SPACES.sub(" ", flat[start : i + 1]))
+                tree = _SPACES.sub(" ", flat[start : i + 1])
+                found.append(f"({ROOT}{tree[1:]}" if tree[1] in " ()" else tree)
         elif depth == 0 and char not in " \t\v\f\r":
             word = flat[i:].split()[0].split("(")[0]
             raise DataError(f"{where}: line {line_of[i]}: {word!r} is outside any tree")
