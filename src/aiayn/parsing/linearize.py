@@ -21,15 +21,18 @@ spaces and before every bracket, so that no label holds one):
 2. ``)`` or ``)Y`` closes the innermost open constituent, whatever Y says (its label is
    the opening one's); a close with nothing open is dropped.
 3. Any other token is a preterminal slot. Slots and source words are aligned in order,
-   leaving the fewest slots and words over (ties: the earliest pairs). A tag EVALB deletes
-   (, : `` '' . -NONE- TOP) never takes a word that is not punctuation (`is_punctuation`):
-   EVALB would delete a word of the sentence and score an error sentence. A punctuation
-   word in another tag's slot counts as one left over. A slot left without a word goes.
-4. A word left without a slot becomes ``(XX word)`` right after the word before it, in
-   that word's constituent (a model most often drops the last word of a phrase: "a house
-   key" as ``DT NN``); one before every aligned word goes just before the first, and
-   with no aligned word at all, the words go in the innermost constituent open at the
-   end (of TOP when none is). Then every open constituent closes.
+   leaving the fewest slots and words over (ties: the earliest pairs), so that EVALB, which
+   deletes the words its punctuation tags carry (, : `` '' .; and -NONE-, TOP) from each
+   tree, reads the same words in the parse as in the gold tree: a word that is not
+   punctuation (`is_punctuation`) never takes such a tag, and a word the treebank always
+   tags as punctuation (`PUNCTUATION_TAG`: , . ? ! ; : -- ... `` '') never takes another.
+   A slot left without a word goes.
+4. A word left without a slot becomes ``(XX word)``, or ``(TAG word)`` with its
+   `PUNCTUATION_TAG`, right after the word before it, in that word's constituent (a model
+   most often drops the last word of a phrase: "a house key" as ``DT NN``); one before
+   every aligned word goes just before the first, and with no aligned word at all, the
+   words go in the innermost constituent open at the end (of TOP when none is). Then every
+   open constituent closes.
 5. Constituents that hold no word are removed; what is left goes under one TOP node.
 """
 
@@ -76,13 +79,14 @@ def delinearize(target: str | Sequence[str], words: Sequence[str]) -> Tree:
     taken = align(slots, words)  # slot -> its word's index, or None (rule 3)
     aligned = {i for i in taken if i is not None}
     first = min(aligned, default=None)
-    loose: dict[int | None, list[Tree]] = {}  # aligned word -> XX words after it (rule 4)
+    loose: dict[int | None, list[Tree]] = {}  # aligned word -> words after it (rule 4)
     before = None  # None: before the first aligned word, or no word aligned
     for i, word in enumerate(words):
         if i in aligned:
             before = i
         else:
-            loose.setdefault(before, []).append(Tree(NO_TAG, [word]))
+            tag = PUNCTUATION_TAG.get(word, NO_TAG)
+            loose.setdefault(before, []).append(Tree(tag, [word]))
     root = Tree(ROOT)
     stack = [root]  # open constituents, TOP at the bottom (never closed by the output)
     slot = 0
@@ -104,6 +108,12 @@ def delinearize(target: str | Sequence[str], words: Sequence[str]) -> Tree:
     return _prune(root) or Tree(ROOT)  # rule 5
 
 
+# The Penn Treebank's tag for the words it always tags as punctuation (its tagging
+# guidelines): the tag a repaired tree gives them when the model's output left them no slot.
+PUNCTUATION_TAG = {",": ",", ".": ".", "?": ".", "!": ".", ";": ":", ":": ":", "--": ":",
+                   "...": ":", "``": "``", "''": "''"}  # fmt: skip
+
+
 def is_punctuation(word: str) -> bool:
     """A word of punctuation characters only: Unicode's (categories P*) and the backtick
     of the treebank's opening quote. So ``,`` ``.`` ``--`` ``...`` ``''`` and two backticks
@@ -113,17 +123,16 @@ def is_punctuation(word: str) -> bool:
 
 def align(slots: Sequence[str], words: Sequence[str]) -> list[int | None]:
     """For each slot, the index of its word (None: dropped), in order, leaving the fewest
-    slots and words over; a punctuation word in a slot of another tag costs one more, a
-    word that is not punctuation never goes in a slot EVALB deletes. Ties go to the
-    earliest match (an output with every slot right aligns one to one)."""
+    slots and words over, where no word that is not punctuation goes in a slot EVALB
+    deletes and no word of `PUNCTUATION_TAG` in another. Ties go to the earliest match (an
+    output with every slot right aligns one to one)."""
     m, n = len(slots), len(words)
     deleting = [s in DELETE_LABELS for s in slots]
-    punct = [is_punctuation(w) for w in words]
+    may = [is_punctuation(w) for w in words]  # may be deleted
+    must = [w in PUNCTUATION_TAG for w in words]  # must be deleted
 
     def cost(i: int, j: int) -> float:
-        if deleting[i] and not punct[j]:
-            return math.inf
-        return float(deleting[i] != punct[j])
+        return 0.0 if (may[j] if deleting[i] else not must[j]) else math.inf
 
     # rest[i][j]: the least cost of aligning slots[i:] with words[j:]
     rest = [[float(m - i + n - j) for j in range(n + 1)] for i in range(m + 1)]
