@@ -202,6 +202,24 @@ def _demo(result: dict) -> list[tuple[str, str]]:
             ("training minutes", f"{result['train_minutes']:g}")]  # fmt: skip
 
 
+def _parse_scores(result: dict) -> str:
+    """'F1 **95.05** strict; EVALB (COLLINS.prm) 99.87 over 269 of 300, 31 error, 0 skip'."""
+    e = result["evalb"]
+    evalb = "no F1" if e["f1"] is None else f"{e['f1']:.2f}"
+    return (f"F1 **{result['strict_f1']:.2f}** strict; EVALB (COLLINS.prm) {evalb} over "
+            f"{e['valid_sentences']} of {e['sentences']}, {e['error_sentences']} error, "
+            f"{e['skip_sentences']} skip")
+
+
+def _parse_demo(result: dict) -> list[tuple[str, str]]:
+    e = result["evalb"]
+    return [("F1, strict (error and skip sentences scored)", f"{result['strict_f1']:.2f}"),
+            ("EVALB (COLLINS.prm) F1", "none" if e["f1"] is None else f"{e['f1']:.2f}"),
+            ("sentences: valid / error / skip", f"{e['valid_sentences']} / "
+             f"{e['error_sentences']} / {e['skip_sentences']} of {e['sentences']}"),
+            ("training minutes", f"{result['train_minutes']:g}")]  # fmt: skip
+
+
 def _prepare_scale(result: dict) -> list[tuple[str, str]]:
     rows = [(f"{r['pairs']:,} pairs: pairs/s", f"{r['pairs_per_second']:g}")
             for r in result["runs"]]
@@ -313,6 +331,7 @@ def _recipe_search(result: dict) -> list[tuple[str, str]]:
 
 
 SUMMARIES = {"train_speed": _train_speed, "gpu_levers": _gpu_levers, "recipe_search": _recipe_search, "multi30k": _multi30k, "demo": _demo,
+             "parse_demo": _parse_demo,
              "prepare_scale": _prepare_scale, "length_extrapolation": _length_extrapolation,
              "attention_window": _attention_window, "precision_curves": _precision_curves,
              "brevity": _brevity, "serve_load": _serve_load}
@@ -367,26 +386,33 @@ def summary_tables(records: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _demo_row(record: dict, task: str, score: str) -> str:
+    """A demo's row of the Results table (`demo.py`, `parse_demo.py`)."""
+    result, m = record["result"], record["result"]["model"]
+    return (f"| {task} | {m['n_layers']}+{m['n_layers']} layers, d_model {m['d_model']}, "
+            f"{result['train_steps']} steps, last 3 averaged | {result['test_set']} | {score} | "
+            f"{machine(record)}, {result['train_minutes']:g} min of training "
+            f"({_link(record, 'benchmarks/results/')}) | — |")
+
+
 def results_table(records: list[dict]) -> str:
-    """README's Results table: the demo's and Multi30k's rows from result files (none
+    """README's Results table: the demos' and Multi30k's rows from result files (none
     without one), then the paper's rows."""
-    rows = ["| task | model | test set | sacreBLEU | hardware, time | paper |",
+    rows = ["| task | model | test set | sacreBLEU, or F1 | hardware, time | paper |",
             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     shown = published(records)
     for script, task in (("demo", "offline demo (embedded En→De corpus)"),
+                         ("parse_demo", "offline parse demo (demo grammar treebank)"),
                          ("multi30k", "Multi30k En→De")):  # fmt: skip
         ran = any(r["meta"]["script"] == script for r in records)
         if ran and not any(r["meta"]["script"] == script for r in shown):
             rows.append(f"| {task} | {NOT_COMMITTED} | | | | — |")
     for record in latest([r for r in shown if r["meta"]["script"] == "demo"]):
-        result, m = record["result"], record["result"]["model"]
-        rows.append(
-            f"| offline demo (embedded En→De corpus) | {m['n_layers']}+{m['n_layers']} layers, "
-            f"d_model {m['d_model']}, {result['train_steps']} steps, last 3 averaged | "
-            f"{result['test_set']} | **{result['bleu']:.2f}** | {machine(record)}, "
-            f"{result['train_minutes']:g} min of training "
-            f"({_link(record, 'benchmarks/results/')}) | — |"
-        )
+        rows.append(_demo_row(record, "offline demo (embedded En→De corpus)",
+                              f"**{record['result']['bleu']:.2f}**"))  # fmt: skip
+    for record in latest([r for r in shown if r["meta"]["script"] == "parse_demo"]):
+        rows.append(_demo_row(record, "offline parse demo (demo grammar treebank)",
+                              _parse_scores(record["result"])))  # fmt: skip
     for record in latest([r for r in shown if r["meta"]["script"] == "multi30k"]):
         result = record["result"]
         rows.append(

@@ -351,3 +351,25 @@ def test_report_prints_why_it_skips_a_file(tmp_path, monkeypatch, capsys):
     assert "not published: 0.json: uncommitted changes to code when it started: src/aiayn/x.py" in err
     assert "| offline demo (embedded En→De corpus) | not measured on committed code |" in readme.read_text()
     assert report.main(["--check"]) == 0
+
+
+PARSE_DEMO = {"benchmark": "parse_demo", "test_set": "demo treebank test split, 300 trees",
+              "model": {"n_layers": 2, "d_model": 128, "n_heads": 4, "d_ff": 512},
+              "train_steps": 3000, "strict_f1": 95.05,
+              "evalb": {"f1": 99.87, "recall": 99.9, "precision": 99.84, "sentences": 300,
+                        "error_sentences": 31, "skip_sentences": 0, "valid_sentences": 269,
+                        "tagging_accuracy": 98.5},
+              "evalb_max_error_stops_at": 57, "train_minutes": 4.1, "total_minutes": 4.6}  # fmt: skip
+
+
+def test_parse_demo_row_gives_the_strict_f1_and_evalbs_beside_it():
+    assert "parse demo" not in report.results_table([])
+    record = {**_record("parse_demo", "2026-01-01T00:00:00Z", PARSE_DEMO), "file": "p.json"}
+    row = report.results_table([record])
+    assert "| offline parse demo (demo grammar treebank) | 2+2 layers, d_model 128, 3000 steps" in row
+    assert ("F1 **95.05** strict; EVALB (COLLINS.prm) 99.87 over 269 of 300, 31 error, 0 skip"
+            in row and "(benchmarks/results/p.json)" in row)  # fmt: skip
+    rows = dict(report.figures(record))
+    assert rows["sentences: valid / error / skip"] == "269 / 31 / 0 of 300"
+    no_f1 = {**PARSE_DEMO, "evalb": {**PARSE_DEMO["evalb"], "f1": None}}
+    assert dict(report.figures({**record, "result": no_f1}))["EVALB (COLLINS.prm) F1"] == "none"

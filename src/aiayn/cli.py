@@ -291,7 +291,8 @@ def _add_evaluate(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
     p.add_argument("--task", choices=("translate", "parse"), default="translate",
-                   help="parse: --ref and --hyp hold trees; EVALB-style F1 (sec. 6.3)")
+                   help="parse: --ref and --hyp hold trees; EVALB's figures (COLLINS.prm) and a "
+                   "strict F1 (sec. 6.3)")
     p.set_defaults(run=_run_evaluate)
 
 
@@ -394,11 +395,11 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 
 def _run_evaluate_parse(args: argparse.Namespace) -> int:
-    from aiayn.parsing.evalb import format_result
-    from aiayn.parsing.parser import evaluate_parses
+    from aiayn.parsing.parser import evaluate_parse
 
-    result = evaluate_parses(args.ref, args.hyp, args.src, lambda: _translator(args), args.hyp_out)
-    print(json.dumps(result.as_dict()) if args.json else format_result(result))
+    report = evaluate_parse(args.ref, hyp=args.hyp, src=args.src, hyp_out=args.hyp_out,
+                            translator=lambda: _translator(args), as_json=args.json)
+    print(report)
     return 0
 
 

@@ -13,7 +13,10 @@ from aiayn.cli import main
 from aiayn.config import load_config
 from aiayn.data.vocab import Vocab
 from aiayn.parsing.demo_treebank import demo_treebank
+from aiayn.parsing.evalb import score_lines
 from aiayn.parsing.linearize import linearize
+from aiayn.errors import DataError
+from aiayn.parsing.parser import reference_lines
 from aiayn.parsing.trees import read_trees, write_trees
 
 torch.set_num_threads(1)
@@ -82,19 +85,68 @@ def test_evaluate_parse_scores_tree_files(tmp_path, bank, capsys):
     gold = tmp_path / "gold.mrg"
     write_trees(bank.test, gold)
     assert main(["evaluate", "--task", "parse", "--hyp", str(gold), "--ref", str(gold)]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == "F1 100.00"
-    flat = tmp_path / "flat.txt"  # every word straight under one S: only the S brackets match
-    flat.write_text("".join(
-        "(TOP (S " + " ".join(f"({p.label} {p.children[0]})" for p in t.preterminals()) + "))\n"
-        for t in bank.test))  # fmt: skip
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "F1 100.00" and "Bracketing FMeasure       = 100.00" in out
+    flat = tmp_path / "flat.txt"
+    flat.write_text("".join(one_s(t) + "\n" for t in bank.test))
     assert main(["evaluate", "--task", "parse", "--hyp", str(flat), "--ref", str(gold),
                  "--json"]) == 0  # fmt: skip
-    figures = json.loads(capsys.readouterr().out)["all"]
+    figures = json.loads(capsys.readouterr().out)["evalb"]["all"]
     assert figures["precision"] == 100.0 and figures["matched"] == len(bank.test)
-    short = tmp_path / "short.txt"
-    short.write_text(flat.read_text().split("\n", 1)[1])
-    assert main(["evaluate", "--task", "parse", "--hyp", str(short), "--ref", str(gold)]) == 2
-    assert f"{gold} has 20 trees but there are 19 parses" in capsys.readouterr().err
+
+
+def one_s(tree) -> str:
+    """Every word straight under one S: only the S brackets match."""
+    return "(TOP (S " + " ".join(f"({p.label} {p.children[0]})" for p in tree.preterminals()) + "))"
+
+
+def test_evaluate_parse_counts_malformed_and_missing_parses_and_goes_on(tmp_path, bank, capsys):
+    gold = tmp_path / "gold.txt"
+    write_trees(bank.test, gold)
+    lines = [str(t) for t in bank.test]
+    lines[2], lines[5], lines[7] = lines[2][:-1], "", "not a tree"  # open, empty, unreadable
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("".join(line + "\n" for line in lines[:-1]))  # and one line short
+    assert main(["evaluate", "--task", "parse", "--hyp", str(hyp), "--ref", str(gold),
+                 "--json"]) == 0  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    evalb = report["evalb"]["all"]
+    assert (evalb["sentences"], evalb["error_sentences"], evalb["skip_sentences"]) == (19, 2, 1)
+    assert evalb["f1"] == 100.0 and report["unreadable_lines"] == [8]
+    assert report["strict"]["gold_brackets"] > evalb["gold_brackets"]  # 4 sentences unmatched
+    assert main(["evaluate", "--task", "parse", "--hyp", str(hyp), "--ref", str(gold)]) == 0
+    out = capsys.readouterr().out
+    assert "note: EVALB cannot read line(s) 8" in out and "20 gold lines, 19 parse lines" in out
+    # parsing a checkpoint's way: sentences and gold trees must pair up before parsing
+    words = tmp_path / "words.txt"
+    words.write_text("The dog sleeps .\n")
+    assert main(["evaluate", "--task", "parse", "--checkpoint", str(tmp_path / "none"),
+                 "--src", str(words), "--ref", str(gold)]) == 2  # fmt: skip
+    assert "has 1 sentences but" in capsys.readouterr().err
+
+
+def test_gold_trees_are_read_as_evalb_reads_them(tmp_path):
+    # a treebank's .mrg: trees over several lines, each joined onto one; the unlabeled root
+    # is named TOP, which COLLINS.prm deletes, as aiayn's parses name it
+    mrg = tmp_path / "wsj_0001.mrg"
+    mrg.write_text("( (S (NP-SBJ (NNP Pierre))\n    (VP (VBZ sleeps))\n    (. .)) )\n\n"
+                   "((S (NP (PRP He)) (VP (VBD ran)) ))\n")  # fmt: skip
+    expected = ["(TOP (S (NP-SBJ (NNP Pierre)) (VP (VBZ sleeps)) (. .)) )",
+                "(TOP(S (NP (PRP He)) (VP (VBD ran)) ))"]
+    assert reference_lines(mrg) == reference_lines(tmp_path) == expected
+    parse = "(TOP (S (NP (NNP Pierre)) (VP (VBZ sleeps)) (. .)))"
+    assert score_lines(expected[:1], [parse]).all.matched == 3  # S, NP, VP: all of them
+    # one tree a line, as EVALB's gold file: a blank or malformed line is a sentence
+    lines = tmp_path / "gold.txt"
+    lines.write_text("(S (NN a))\n\n(S (NN b)\n")
+    assert reference_lines(lines) == ["(S (NN a))", "", "(S (NN b)"]
+    broken = tmp_path / "broken.mrg"
+    for text, message in [("( (S (NN a))\n", "line 1: the tree opened here is never closed"),
+                          ("(S (NN a))\n\n(S (NN b))) x\n", "line 3: ')' closes no open"),
+                          ("(S (NN a))\n junk (S", "line 2: 'junk' is outside any tree")]:
+        broken.write_text(text)
+        with pytest.raises(DataError, match=re.escape(f"{broken}: {message}")):
+            reference_lines(broken)
 
 
 def test_the_parsing_recipe_is_the_papers():
@@ -109,8 +161,9 @@ TINY = ["model.d_model=32", "model.n_heads=2", "model.d_ff=64", "model.n_layers=
         "decode.beam=1", "decode.max_len_offset=60", "train.warmup=60", "data.max_tokens=1500",
         "train.update_tokens=1500", "train.save_every_steps=30", "train.valid_every_steps=1000"]
 # An untrained model's output gives flat trees with no scored bracket (F1 0); 150
-# updates of this tiny model learn the S over each sentence and some NPs and VPs inside.
-TRAINED_STEPS, FLOOR = 150, 15.0
+# updates of this tiny model learn the S over each sentence and some NPs and VPs inside,
+# more than a parse that puts every word under one S gets right.
+TRAINED_STEPS = 150
 
 
 @pytest.mark.slow
@@ -118,12 +171,13 @@ def test_parse_demo_pipeline_learns_past_what_an_untrained_model_reaches(tmp_pat
     from aiayn.parsing.demo import FAST_SIZES, run_parse_demo
 
     gold = demo_treebank(**FAST_SIZES).test
+    one_s_f1 = score_lines([str(t) for t in gold], [one_s(t) for t in gold]).strict.f1
     untrained = run_parse_demo(tmp_path / "untrained", fast=True,
                                overrides=TINY + ["train.max_steps=6", "train.save_every_steps=2",
                                                  "train.lr_scale=0"])  # fmt: skip
     trained = run_parse_demo(tmp_path / "trained", fast=True,
                              overrides=TINY + [f"train.max_steps={TRAINED_STEPS}"])
-    assert untrained.f1 < FLOOR <= trained.f1, (untrained.f1, trained.f1)
+    assert untrained.f1 < one_s_f1 < trained.f1, (untrained.f1, one_s_f1, trained.f1)
     assert re.fullmatch(r"F1 \d+\.\d\d", capsys.readouterr().out.strip().splitlines()[-1])
 
     # `aiayn evaluate --task parse` decodes the same way and so gives the demo's score

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from aiayn.data.demo_corpus import generate_example
 from aiayn.parsing.demo_treebank import example_tree
-from aiayn.parsing.linearize import delinearize, linearize
+from aiayn.parsing.evalb import DELETE_LABELS
+from aiayn.parsing.linearize import delinearize, is_punctuation, linearize
 from aiayn.parsing.trees import parse_trees
 
 JOHN = "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))"
@@ -46,15 +47,48 @@ def test_rule_closing_label_is_ignored_and_stray_closes_dropped():
 
 def test_rule_unclosed_constituents_are_closed_at_the_end():
     assert repaired("(S (NP NNP )NP (VP VBZ (NP DT NN") == (
-        "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog) (XX .)))))")
+        "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog) (. .)))))")
 
 
-def test_rule_missing_words_become_xx_in_the_innermost_open_constituent():
-    # rule 4: two words too few; the output ended inside the VP
+def test_rule_missing_words_become_xx_after_the_word_before_them():
+    # rule 4: two words too few; they follow "a", in the VP
     assert repaired("(S (NP NNP )NP (VP VBZ DT") == (
-        "(TOP (S (NP (NNP John)) (VP (VBZ has) (DT a) (XX dog) (XX .))))")
-    # nothing open: under TOP
-    assert repaired("(NP NNP )NP") == "(TOP (NP (NNP John)) (XX has) (XX a) (XX dog) (XX .))"
+        "(TOP (S (NP (NNP John)) (VP (VBZ has) (DT a) (XX dog) (. .))))")
+    assert repaired("(NP NNP )NP") == "(TOP (NP (NNP John) (XX has) (XX a) (XX dog) (. .)))"
+    # words before the first aligned one go just before it
+    assert repaired("(S (NP )NP . )S") == "(TOP (S (XX John) (XX has) (XX a) (XX dog) (. .)))"
+    # no slot at all: the innermost open constituent at the end (TOP when none is)
+    assert repaired("(S (NP )NP") == "(TOP (S (XX John) (XX has) (XX a) (XX dog) (. .)))"
+    assert repaired(")S") == "(TOP (XX John) (XX has) (XX a) (XX dog) (. .))"
+
+
+HOUSE = "We see a house key .".split()
+
+
+def test_punctuation_goes_to_punctuation_slots_and_no_other_word_does():
+    # The parse demo's model left out the last NN of "a house key": reading slots left to
+    # right gave "key" the tag "." and "." the tag XX, and EVALB, deleting "key" as
+    # punctuation, scored an error sentence. Aligned, "key" follows "house" in its NP.
+    target = "(S (NP PRP )NP (VP VBP (NP DT NN )NP )VP . )S"
+    assert repaired(target, HOUSE) == (
+        "(TOP (S (NP (PRP We)) (VP (VBP see) (NP (DT a) (NN house) (XX key))) (. .)))")
+    # a punctuation slot too many is dropped, never given a word
+    assert repaired("(S (NP PRP )NP , (VP VBP (NP DT NN NN )NP )VP . )S", HOUSE) == (
+        "(TOP (S (NP (PRP We)) (VP (VBP see) (NP (DT a) (NN house) (NN key))) (. .)))")
+    # a word the treebank always tags as punctuation takes no other tag: left without a
+    # slot, it takes its own (so that EVALB deletes it, as from the gold tree)
+    assert repaired("(S (NP PRP VBP DT NN NN NN )NP )S", HOUSE) == (
+        "(TOP (S (NP (PRP We) (VBP see) (DT a) (NN house) (NN key) (. .))))")
+    assert repaired("(S NN NN NN NN )S", "Yes , sir ?".split()) == (
+        "(TOP (S (NN Yes) (, ,) (NN sir) (. ?)))")
+    # other punctuation may take any tag: "'" is a possessive as often as a quote
+    assert repaired("(NP (NP NNS POS )NP NN )NP", "dogs ' food".split()) == (
+        "(TOP (NP (NP (NNS dogs) (POS ')) (NN food)))")
+
+
+def test_only_punctuation_counts_as_punctuation():
+    assert all(map(is_punctuation, [",", ".", "--", "...", "``", "''", "?", "-", "\u201c"]))
+    assert not any(map(is_punctuation, ["'s", "$", "3.5", "U.S.", "key", "-LRB-", ""]))
 
 
 def test_rule_extra_preterminals_and_empty_constituents_are_dropped():
@@ -67,13 +101,16 @@ def test_rule_extra_preterminals_and_empty_constituents_are_dropped():
 
 
 TOKENS = st.sampled_from(["(S", "(NP", "(VP", ")S", ")NP", ")", "(", "NN", "VBZ", "XX", "NP(VP",
-                          "a)b(", "((", "\ufffd"])
+                          "a)b(", "((", "\ufffd", ".", ",", "``", "-NONE-", "TOP"])
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(TOKENS, max_size=30), st.lists(st.sampled_from(["a", "b", "c"]), min_size=1,
+@given(st.lists(TOKENS, max_size=30), st.lists(st.sampled_from(["a", "b", ".", ","]), min_size=1,
                                                  max_size=8))
 def test_any_output_gives_a_well_formed_tree_over_exactly_the_words(tokens, words):
     result = delinearize(tokens, words)
     assert result.words() == words
     assert str(tree(str(result))) == str(result)  # balanced: reads back as one tree
+    # a word that is not punctuation gets no tag EVALB deletes, "." and "," no other tag:
+    # EVALB reads the same words in the tree as in a gold tree that follows the treebank
+    assert all((t in DELETE_LABELS) == (w in ".,") for t, w in zip(result.tags(), words))

@@ -2,12 +2,13 @@
 
 synthetic treebank (`demo_treebank`) -> `prepare_parse` -> a small Transformer trained with
 the paper's recipe (`train`) -> beam search with the paper's parsing settings (beam 21,
-alpha 0.3, maximum output length input + 300) -> `delinearize` -> EVALB-style F1.
+alpha 0.3, maximum output length input + 300) -> `delinearize` -> EVALB (COLLINS.prm).
 
 The model is the translation demo's (`aiayn.demo`: d_model 128, 4 heads, d_ff 512, no
 dropout) with 2 layers instead of 3, trained for a fixed number of steps with the paper's
 recipe (Adam, eq. 3 warm-up, label smoothing 0.1); the final model averages the last 3
-checkpoints (sec. 6.1). The last line is ``F1 <score>`` on the test split.
+checkpoints (sec. 6.1). The last line is ``F1 <score>`` on the test split: the strict F1, which
+scores EVALB's error sentences as parses with no matching bracket (EVALB leaves them out).
 
 What the recipe needs that translation does not: the model must count. A target's tags
 say nothing of which word they stand for (``DT NN`` for "the dog" and for "a cat"), so the
@@ -29,7 +30,8 @@ from pathlib import Path
 from aiayn.config import Config, apply_overrides
 from aiayn.demo import DEMO_MODEL, FAST, _claim, say, train_and_average
 from aiayn.parsing.demo_treebank import demo_treebank
-from aiayn.parsing.evalb import EvalbResult, format_summary, score_trees
+from aiayn.parsing.evalb import EvalbResult, score_trees
+from aiayn.parsing.evalb_text import format_brief
 from aiayn.parsing.parser import parse
 from aiayn.parsing.prepare import OPTIONS, prepare_parse
 from aiayn.parsing.trees import write_trees
@@ -51,7 +53,7 @@ FAST_SIZES = dict(n_train=2000, n_valid=50, n_test=50)
 
 @dataclass
 class ParseDemoResult:
-    f1: float
+    f1: float  # the strict F1: EVALB's, with error and skip sentences scored, not left out
     result: EvalbResult
     checkpoint: Path
     train_minutes: float
@@ -91,8 +93,8 @@ def run_parse_demo(out: str | Path = "runs/demo-parse", fast: bool = False,
     scores = score_trees(bank.test, parses)
     for tree, gold in list(zip(parses, bank.test))[:3]:
         say(f"\n  OURS {tree}\n  GOLD {gold}")
-    say(f"\n{format_summary(scores)}")
+    say(f"\n{format_brief(scores)}")
     say(f"trained {minutes:.1f} min; checkpoint: {checkpoint}  "
         f"(try: aiayn parse --checkpoint {checkpoint})")
-    print(f"F1 {scores.all.f1:.2f}", flush=True)
-    return ParseDemoResult(scores.all.f1, scores, checkpoint, minutes)
+    print(f"F1 {scores.strict.f1:.2f}", flush=True)
+    return ParseDemoResult(scores.strict.f1, scores, checkpoint, minutes)

@@ -20,18 +20,30 @@ spaces and before every bracket, so that no label holds one):
 1. ``(X`` opens a constituent X; a lone ``(`` is dropped.
 2. ``)`` or ``)Y`` closes the innermost open constituent, whatever Y says (its label is
    the opening one's); a close with nothing open is dropped.
-3. Any other token is a preterminal and takes the next source word; one with no word
-   left is dropped.
-4. Source words left when the output ends become ``(XX word)`` children of the innermost
-   constituent still open (of TOP when none is); then every open constituent closes.
+3. Any other token is a preterminal slot. Slots and source words are aligned in order,
+   leaving the fewest slots and words over (ties: the earliest pairs), so that EVALB, which
+   deletes the words its punctuation tags carry (, : `` '' .; and -NONE-, TOP) from each
+   tree, reads the same words in the parse as in the gold tree: a word that is not
+   punctuation (`is_punctuation`) never takes such a tag, and a word the treebank always
+   tags as punctuation (`PUNCTUATION_TAG`: , . ? ! ; : -- ... `` '') never takes another.
+   A slot left without a word goes.
+4. A word left without a slot becomes ``(XX word)``, or ``(TAG word)`` with its
+   `PUNCTUATION_TAG`, right after the word before it, in that word's constituent (a model
+   most often drops the last word of a phrase: "a house key" as ``DT NN``); one before
+   every aligned word goes just before the first, and with no aligned word at all, the
+   words go in the innermost constituent open at the end (of TOP when none is). Then every
+   open constituent closes.
 5. Constituents that hold no word are removed; what is left goes under one TOP node.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import unicodedata
 from collections.abc import Sequence
 
+from aiayn.parsing.evalb import DELETE_LABELS
 from aiayn.parsing.trees import ROOT, Tree
 
 NO_TAG = "XX"
@@ -63,9 +75,21 @@ def delinearize(target: str | Sequence[str], words: Sequence[str]) -> Tree:
     """A well-formed tree over exactly ``words`` from a (possibly ill-formed) target."""
     text = target if isinstance(target, str) else " ".join(target)
     tokens = _TOKEN.findall(text)  # "NP(VP" is two tokens: no label holds a bracket
+    slots = [t for t in tokens if not t.startswith(("(", ")"))]
+    taken = align(slots, words)  # slot -> its word's index, or None (rule 3)
+    aligned = {i for i in taken if i is not None}
+    first = min(aligned, default=None)
+    loose: dict[int | None, list[Tree]] = {}  # aligned word -> words after it (rule 4)
+    before = None  # None: before the first aligned word, or no word aligned
+    for i, word in enumerate(words):
+        if i in aligned:
+            before = i
+        else:
+            tag = PUNCTUATION_TAG.get(word, NO_TAG)
+            loose.setdefault(before, []).append(Tree(tag, [word]))
     root = Tree(ROOT)
     stack = [root]  # open constituents, TOP at the bottom (never closed by the output)
-    remaining = list(reversed(words))  # next word last
+    slot = 0
     for token in tokens:
         if token.startswith("("):
             if len(token) > 1:  # rule 1
@@ -75,11 +99,60 @@ def delinearize(target: str | Sequence[str], words: Sequence[str]) -> Tree:
         elif token.startswith(")"):
             if len(stack) > 1:  # rule 2
                 stack.pop()
-        elif remaining:  # rule 3
-            stack[-1].children.append(Tree(token, [remaining.pop()]))
-    while remaining:  # rule 4
-        stack[-1].children.append(Tree(NO_TAG, [remaining.pop()]))
+        else:
+            i, slot = taken[slot], slot + 1
+            if i is not None:
+                head = loose.pop(None, []) if i == first else []
+                stack[-1].children += [*head, Tree(token, [words[i]]), *loose.pop(i, [])]
+    stack[-1].children += loose.pop(None, [])  # rule 4, no word aligned
     return _prune(root) or Tree(ROOT)  # rule 5
+
+
+# The Penn Treebank's tag for the words it always tags as punctuation (its tagging
+# guidelines): the tag a repaired tree gives them when the model's output left them no slot.
+PUNCTUATION_TAG = {",": ",", ".": ".", "?": ".", "!": ".", ";": ":", ":": ":", "--": ":",
+                   "...": ":", "``": "``", "''": "''"}  # fmt: skip
+
+
+def is_punctuation(word: str) -> bool:
+    """A word of punctuation characters only: Unicode's (categories P*) and the backtick
+    of the treebank's opening quote. So ``,`` ``.`` ``--`` ``...`` ``''`` and two backticks
+    are; ``'s``, ``$`` and ``3.5`` are not."""
+    return bool(word) and all(c == "`" or unicodedata.category(c)[0] == "P" for c in word)
+
+
+def align(slots: Sequence[str], words: Sequence[str]) -> list[int | None]:
+    """For each slot, the index of its word (None: dropped), in order, leaving the fewest
+    slots and words over, where no word that is not punctuation goes in a slot EVALB
+    deletes and no word of `PUNCTUATION_TAG` in another. Ties go to the earliest match (an
+    output with every slot right aligns one to one)."""
+    m, n = len(slots), len(words)
+    deleting = [s in DELETE_LABELS for s in slots]
+    may = [is_punctuation(w) for w in words]  # may be deleted
+    must = [w in PUNCTUATION_TAG for w in words]  # must be deleted
+
+    def cost(i: int, j: int) -> float:
+        return 0.0 if (may[j] if deleting[i] else not must[j]) else math.inf
+
+    # rest[i][j]: the least cost of aligning slots[i:] with words[j:]
+    rest = [[float(m - i + n - j) for j in range(n + 1)] for i in range(m + 1)]
+    for i in range(m - 1, -1, -1):
+        for j in range(n - 1, -1, -1):
+            rest[i][j] = min(cost(i, j) + rest[i + 1][j + 1], 1 + rest[i + 1][j],
+                             1 + rest[i][j + 1])  # fmt: skip
+    taken: list[int | None] = []
+    i = j = 0
+    while i < m:
+        if j < n and rest[i][j] == cost(i, j) + rest[i + 1][j + 1]:
+            taken.append(j)
+            j += 1
+        elif j == n or rest[i][j] == 1 + rest[i + 1][j]:
+            taken.append(None)
+        else:
+            j += 1
+            continue
+        i += 1
+    return taken
 
 
 def _prune(node: Tree) -> Tree | None:

@@ -4,18 +4,25 @@ Parsing is translation into linearized trees (sec. 6.3): `Translator` runs the b
 with the checkpoint's decode settings (the paper's parsing recipe: beam 21, alpha 0.3,
 maximum output length input + 300, `configs/wsj_parsing.yaml`), and `delinearize` turns
 each output into a well-formed tree over exactly the input's words.
+
+Scores are EVALB's (`evalb.py`): the parses are read as EVALB reads its test file, a line
+each, whatever a line holds (a malformed or empty one is an error or skip sentence, and the
+run goes on); the gold trees as it reads its gold file.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from aiayn.data.corpus import read_lines as raw_lines
 from aiayn.errors import DataError
 from aiayn.evaluate import read_lines
-from aiayn.parsing.evalb import EvalbResult, score_trees
+from aiayn.parsing.evalb import score_lines
+from aiayn.parsing.evalb_text import format_result
 from aiayn.parsing.linearize import delinearize
-from aiayn.parsing.trees import Tree, parse_trees, read_trees
+from aiayn.parsing.trees import Tree, balanced, tree_texts, treebank_files
 from aiayn.translate import Translator
 
 
@@ -31,25 +38,23 @@ def tree_lines(trees: Sequence[Tree | None]) -> list[str]:
     return [str(tree) if tree is not None else "" for tree in trees]
 
 
-def read_tree_lines(path: str | Path) -> list[Tree]:
-    """A file of one tree per line, each line exactly one tree (so lines stay aligned)."""
-    trees = []
-    for line_no, line in enumerate(read_lines(path), start=1):
-        found = parse_trees(line, str(path), line_no)
-        if len(found) != 1:
-            what = "no tree" if not found else f"{len(found)} trees"
-            raise DataError(f"{path}: line {line_no}: {what}; expected one tree per line")
-        trees.append(found[0])
-    return trees
+def reference_lines(path: str | Path) -> list[str]:
+    """The gold trees of ``path``, one a line, as EVALB reads its gold file.
 
-
-def score_against(ref: str | Path, hyps: Sequence[Tree]) -> EvalbResult:
-    """EVALB-style scores of ``hyps`` against the trees of ``ref`` (a file in any layout,
-    e.g. a treebank's .mrg, or a directory of them)."""
-    gold = read_trees(ref)
-    if len(gold) != len(hyps):
-        raise DataError(f"{ref} has {len(gold)} trees but there are {len(hyps)} parses")
-    return score_trees(gold, hyps)
+    A treebank's layout (a ``.mrg`` file or a directory of them; any file whose trees run
+    over several lines) gives each tree on one line, unchanged otherwise. Any other file is
+    read a line at a time, as EVALB reads it: a blank or malformed line is a sentence."""
+    lines: list[str] = []
+    for file in treebank_files(path):
+        found = [line.rstrip() for line in raw_lines(file)]
+        text = "\n".join(found)
+        if file.name.endswith((".mrg", ".mrg.gz")) or (
+                not all(map(balanced, found)) and balanced(text)):  # fmt: skip
+            found = tree_texts(text, str(file))
+            if not found:
+                raise DataError(f"{file}: holds no tree")
+        lines += found
+    return lines
 
 
 def parse_files(translator: Translator, input: str | None, output: str | None) -> int:
@@ -70,20 +75,27 @@ def parse_files(translator: Translator, input: str | None, output: str | None) -
     return len(lines)
 
 
-def evaluate_parses(
-    ref: str | Path, hyp: str | Path | None = None, src: str | Path | None = None,
-    translator: Callable[[], Translator] | None = None, hyp_out: str | Path | None = None,
-) -> EvalbResult:
-    """`aiayn evaluate --task parse`: the trees of `hyp`, or the sentences of `src` parsed
-    with `translator()` (then also written to `hyp_out`), scored against the trees of `ref`."""
+def evaluate_parse(ref: str | Path, hyp: str | Path | None = None,
+                   src: str | Path | None = None,
+                   translator: Callable[[], Translator] | None = None,
+                   hyp_out: str | Path | None = None, as_json: bool = False) -> str:  # fmt: skip
+    """`aiayn evaluate --task parse`: the parses of ``hyp`` (or of ``src``'s sentences by
+    ``translator()``, written to ``hyp_out`` if given) scored against ``ref`` as EVALB
+    scores them, with the strict figure beside; the text ends with ``F1 <strict F1>``."""
+    gold = reference_lines(ref)
     if hyp is not None:
-        hyps = read_tree_lines(hyp)
+        parses = read_lines(hyp)
     else:
+        assert src is not None and translator is not None
         sentences = read_lines(src)
         blank = [n for n, s in enumerate(sentences, start=1) if not s.strip()]
         if blank:
             raise DataError(f"{src}: line {blank[0]}: blank; each line needs a sentence")
-        hyps = parse(translator(), sentences)
+        if len(sentences) != len(gold):  # before parsing, not after minutes of it
+            raise DataError(f"{src} has {len(sentences)} sentences but {ref} has "
+                            f"{len(gold)} trees: each sentence needs one gold tree")  # fmt: skip
+        parses = tree_lines(parse(translator(), sentences))
         if hyp_out:
-            Path(hyp_out).write_text("".join(t + "\n" for t in tree_lines(hyps)), "utf-8")
-    return score_against(ref, hyps)
+            Path(hyp_out).write_text("".join(t + "\n" for t in parses), encoding="utf-8")
+    result = score_lines(gold, parses)
+    return json.dumps(result.as_dict()) if as_json else format_result(result)

@@ -25,6 +25,7 @@ from aiayn.errors import DataError
 ROOT = "TOP"
 TRACE = "-NONE-"
 _TOKEN = re.compile(r"\(|\)|[^\s()]+")
+_SPACES = re.compile(r"[ \t\n\v\f\r]+")  # C's isspace: what separates EVALB's tokens
 
 
 @dataclass
@@ -104,20 +105,67 @@ def _check_node(node: Tree, where: str, line: int) -> None:
         )
 
 
-def read_trees(path: str | Path) -> list[Tree]:
-    """The trees of a file (UTF-8, plain or .gz), or of every ``*.mrg`` under a directory in
-    name order (e.g. a treebank section). An input without a tree is an error."""
+def treebank_files(path: str | Path) -> list[Path]:
+    """``path``, or every ``*.mrg`` under it in name order if it is a directory (e.g. a
+    treebank section); a directory without one is an error."""
     path = Path(path)
     files = sorted(path.rglob("*.mrg")) if path.is_dir() else [path]
     if not files:
         raise DataError(f"{path}: a directory without .mrg files")
+    return files
+
+
+def read_trees(path: str | Path) -> list[Tree]:
+    """The trees of a file (UTF-8, plain or .gz), or of every ``*.mrg`` under a directory in
+    name order (e.g. a treebank section). An input without a tree is an error."""
     trees: list[Tree] = []
-    for file in files:
+    for file in treebank_files(path):
         found = parse_trees("\n".join(read_lines(file)), str(file))
         if not found:
             raise DataError(f"{file}: holds no tree")
         trees.extend(found)
     return trees
+
+
+def tree_texts(text: str, where: str = "<text>") -> list[str]:
+    """The text of each tree in ``text`` on one line, for EVALB: line breaks and runs of
+    spaces become one space, and the treebank's unlabeled outer bracket, ``( (S``, is named
+    TOP as `parse_trees` names it (COLLINS.prm deletes TOP; it would score a bracket without
+    a label); nothing else changes. Errors as `parse_trees`' for a bracket never closed, a
+    ``)`` that closes nothing and a word outside any tree."""
+    found: list[str] = []
+    depth, opened, start = 0, 0, 0
+    lines = text.split("\n")
+    flat = " ".join(lines)
+    line_of = [n for n, line in enumerate(lines, start=1) for _ in range(len(line) + 1)]
+    for i, char in enumerate(flat):
+        if char == "(":
+            if depth == 0:
+                start, opened = i, line_of[i]
+            depth += 1
+        elif char == ")":
+            if depth == 0:
+                raise DataError(f"{where}: line {line_of[i]}: ')' closes no open bracket")
+            depth -= 1
+            if depth == 0:
+                tree = _SPACES.sub(" ", flat[start : i + 1])
+                found.append(f"({ROOT}{tree[1:]}" if tree[1] in " ()" else tree)
+        elif depth == 0 and char not in " \t\v\f\r":
+            word = flat[i:].split()[0].split("(")[0]
+            raise DataError(f"{where}: line {line_of[i]}: {word!r} is outside any tree")
+    if depth:
+        raise DataError(f"{where}: line {opened}: the tree opened here is never closed")
+    return found
+
+
+def balanced(text: str) -> bool:
+    """Whether every ``(`` in ``text`` is closed and every ``)`` closes one."""
+    depth = 0
+    for char in text:
+        depth += (char == "(") - (char == ")")
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def base_label(label: str) -> str:
