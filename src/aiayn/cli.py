@@ -461,8 +461,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, ... (cpu)")
     p.add_argument("--int8", action="store_true", help="int8 weights (CPU, float32 only)")
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads (torch's default)")
-    p.add_argument("--src-lang", help="source language code (default: the training data's)")
-    p.add_argument("--tgt-lang", help="target language code (default: the training data's)")
+    p.add_argument("--src-lang", help="source language code, if the checkpoint names none")
+    p.add_argument("--tgt-lang", help="target language code, if the checkpoint names none")
+    p.add_argument("--api-keys", metavar="FILE",
+                   help="the API keys, one a line: KEY [REQUESTS_PER_MINUTE]")
+    p.add_argument("--req-limit", type=int, metavar="N",
+                   help="requests a minute per client without a key (no limit; 0: a key is needed)")
     limits = (("max_batch_tokens", int, "padded source tokens per batch"),
               ("max_wait_ms", float, "wait for more requests to batch, in ms"),
               ("max_queue", int, "sentences waiting before 503"),
