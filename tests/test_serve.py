@@ -192,7 +192,7 @@ def test_info_and_the_page(server):
     assert "src=" not in html and "href=" not in html
     assert html.count("http") == html.count("http://www.w3.org/2000/svg")
 
-def test_the_cli_names_a_checkpoint_it_cannot_load(tmp_path, ckpt, capsys):
+def test_the_cli_names_a_checkpoint_or_keys_file_it_cannot_load(tmp_path, ckpt, capsys):
     assert main(["serve", "--checkpoint", str(tmp_path / "none"), "--port", "0"]) == 2
     assert "no such checkpoint directory" in capsys.readouterr().err
     broken = tmp_path / "broken"
@@ -202,6 +202,9 @@ def test_the_cli_names_a_checkpoint_it_cannot_load(tmp_path, ckpt, capsys):
     assert "could not be loaded" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="--max-queue must be at least 1"):
         dataclasses.replace(ServeConfig(str(ckpt)), max_queue=0)
+    keys = ["--api-keys", str(tmp_path / "no-keys.txt")]
+    assert main(["serve", "--checkpoint", str(ckpt), "--port", "0", *keys]) == 2
+    assert f"--api-keys {keys[1]}: cannot read it" in capsys.readouterr().err
 
 def read_reply(sock: socket.socket) -> tuple[int, dict]:
     """The status and JSON body of the HTTP/1.1 reply on `sock` (sent with Connection: close)."""
