@@ -255,7 +255,7 @@ def _recipe_search(result: dict) -> list[tuple[str, str]]:
 
 def _alignment_choice(r: dict) -> str:
     heads = "heads averaged" if r["heads"] == "mean" else f"head {r['heads'] + 1}"
-    return f"layer {r['layer'] + 1}, {heads}, {r['row']} row"
+    return f"layer {r['layer'] + 1}, {heads}, {r['row']} row, {r['links']} links"
 
 
 def _prf(r: dict) -> str:

@@ -22,7 +22,7 @@ def test_every_choice_is_scored_and_the_chosen_one_is_the_best_head_average(tmp_
     examples = bench.held_out_examples(40, 0, 8, seed=5)
     report = bench.evaluate(translator, examples, max_tokens=200)
     layers, heads = translator.model.config.n_layers, translator.model.config.n_heads
-    assert len(report["table"]) == 2 * layers * (heads + 1)
+    assert len(report["table"]) == 2 * 2 * layers * (heads + 1)
     means = [r for r in report["table"] if r["heads"] == "mean"]
     assert report["chosen"]["aer"] == min(r["aer"] for r in means)
     assert report["chosen"]["layer_from_last"] == report["chosen"]["layer"] - layers
@@ -31,7 +31,7 @@ def test_every_choice_is_scored_and_the_chosen_one_is_the_best_head_average(tmp_
     gold = [gold_alignment(e) for e in examples]
     for row in [report["chosen"], report["best_single_head"]]:
         heads_ = None if row["heads"] == "mean" else (row["heads"],)
-        config = AlignmentConfig(layer=row["layer"], heads=heads_, row=row["row"])
+        config = AlignmentConfig(layer=row["layer"], heads=heads_, row=row["row"], links=row["links"])
         found = [set(x) for x in word_alignments(translator.model, src, tgt, pairs, config)]
         scores = alignment_error(found, gold)
         for key in ("precision", "recall", "aer"):
