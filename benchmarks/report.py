@@ -263,8 +263,13 @@ def _prf(r: dict) -> str:
 
 
 def _alignment(result: dict) -> list[tuple[str, str]]:
+    """The default's figures, the best head average's where it differs, the best head's."""
+    keys = ["default_in_src", "best_single_head"]
+    chosen = {k: v for k, v in result["chosen"].items() if k != "layer_from_last"}
+    if chosen != result["default_in_src"]:
+        keys.insert(1, "chosen")
     return [(f"precision / recall / AER, {_alignment_choice(result[k])}", _prf(result[k]))
-            for k in ("default_in_src", "chosen", "best_single_head")]  # fmt: skip
+            for k in keys]  # fmt: skip
 
 
 SUMMARIES = {"train_speed": _train_speed, "gpu_levers": _gpu_levers, "recipe_search": _recipe_search, "multi30k": _multi30k, "demo": _demo,

@@ -3,6 +3,7 @@ figure is what `aiayn.alignment` gives for that choice against the demo grammar'
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -37,3 +38,15 @@ def test_every_choice_is_scored_and_the_chosen_one_is_the_best_head_average(tmp_
         for key in ("precision", "recall", "aer"):
             assert row[key] == pytest.approx(scores[key], abs=1e-4)
     assert report["gold_links"] == sum(len(g) for g in gold)
+
+
+def test_the_default_is_the_choice_of_the_committed_result():
+    from aiayn.alignment import DEFAULT_ALIGNMENT
+
+    files = sorted((Path(__file__).resolve().parents[1] / "benchmarks" / "results").glob("alignment_*.json"))
+    if not files:
+        pytest.skip("no benchmarks/results/alignment_*.json committed yet")
+    chosen = json.loads(files[-1].read_text())["result"]["chosen"]
+    assert (chosen["links"], chosen["row"], chosen["heads"], chosen["layer_from_last"]) == (
+        DEFAULT_ALIGNMENT.links, DEFAULT_ALIGNMENT.row, "mean", DEFAULT_ALIGNMENT.layer)
+    assert DEFAULT_ALIGNMENT.heads is None

@@ -18,11 +18,14 @@ source's end of sentence is no word and gets no link.
 A decoder row reads one piece and predicts the next: row t reads y_t (<s> for t = 0) and
 predicts y_{t+1}. `row="prediction"` takes the row that predicts the target piece,
 `row="input"` the row that reads it. `benchmarks/alignment.py` measured every layer and
-head, both rows and both kinds of links, on the demo corpus, whose grammar knows the true links
-(`aiayn.data.demo_alignment`): the default below is the choice it made there. Its head
-average, not its best single head: head k of one model has nothing to do with head k of
-another, while which layer aligns best is a property of the architecture (Garg et al.
-2019 also take one layer's heads, averaged).
+head, both rows and both kinds of links, on the demo corpus, whose grammar knows the true
+links (`aiayn.data.demo_alignment`): the default below is the choice it made there, the
+last layer's heads averaged, the row that predicts the piece (while it predicts a word,
+the decoder looks at the source word it translates; once it has read it, it has moved
+on), and the union of both directions (its figures: the README's "Translate documents").
+The head average, not the best single head: head k of one model has nothing to do with
+head k of another, while which layer aligns best is a property of the architecture
+(Garg et al. 2019 also average one layer's heads).
 """
 
 from __future__ import annotations
