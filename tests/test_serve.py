@@ -343,9 +343,10 @@ def test_alignments_and_per_token_log_probabilities_on_request(server):
     shifted, n_src, n_tgt = [], 0, 0
     for sentence in text["sentences"]:
         words, translated = len(sentence["source"].split()), len(sentence["text"].split())
-        links = sentence["alignment"]
-        assert sorted(j for _, j in links) == list(range(translated))  # one link a word
-        assert all(0 <= i < words for i, _ in links)
+        links = sentence["alignment"]  # the union of both directions: each word linked
+        assert {j for _, j in links} == set(range(translated))
+        assert {i for i, _ in links} == set(range(words))
+        assert [tuple(link) for link in links] == sorted(set(map(tuple, links)))
         shifted += [[i + n_src, j + n_tgt] for i, j in links]
         n_src, n_tgt = n_src + words, n_tgt + translated
         for hypothesis in sentence["nbest"]:
