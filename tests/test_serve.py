@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -18,7 +19,8 @@ import torch
 from aiayn.cli import main
 from aiayn.decode.strategy import length_penalty
 from aiayn.errors import ConfigError
-from aiayn.serve.service import ServeConfig, Service
+from aiayn.serve.runner import Options
+from aiayn.serve.service import ApiError, ServeConfig, Service
 from aiayn.translate import Translator
 from serve_helpers import (DOCUMENT, PAGE, PARAGRAPHS, alone, request, running, serving, tag_tree,
                            text_words, wait_ready)
@@ -214,6 +216,12 @@ def read_reply(sock: socket.socket) -> tuple[int, dict]:
     head, body = reply.split(b"\r\n\r\n", 1)
     return int(head.split()[1]), json.loads(body)
 
+def wait_until(condition, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
+
 def post_head(path: str, length: int) -> bytes:
     return (f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
             f"Content-Length: {length}\r\nConnection: close\r\n\r\n").encode()  # fmt: skip
@@ -229,11 +237,7 @@ def test_a_client_that_leaves_mid_body_or_while_queued_costs_nothing(ckpt, caplo
         body = json.dumps({"text": SENTENCES[:3]}).encode()
         with socket.create_connection((host, int(port))) as sock:
             sock.sendall(post_head("/v1/translate", len(body)) + body)
-            for _ in range(200):
-                if stats.requests == 1:
-                    break
-                time.sleep(0.01)
-            assert stats.requests == 1  # queued
+            wait_until(lambda: stats.requests == 1, 10)  # queued
         after = request(f"{url}/v1/translate", {"text": SENTENCES[4]})
         assert after.status == 200 and stats.sentences == 1 and stats.batches == 1
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.records
@@ -289,21 +293,33 @@ def test_shutdown_answers_the_requests_already_queued(ckpt, lone):
         with ThreadPoolExecutor(4) as pool:
             sent = [pool.submit(request, f"{served.url}/v1/translate", {"text": s, "beam": 2})
                     for s in SENTENCES[:4]]  # fmt: skip
-            for _ in range(300):
-                if stats.requests == 4:
-                    break
-                time.sleep(0.01)
-            assert stats.requests == 4 and stats.batches == 0  # all four still queued
+            wait_until(lambda: stats.requests == 4, 10)
+            assert stats.batches == 0  # all four still queued
             served.server.should_exit = True
             replies = [f.result() for f in sent]
         assert [r.body["translations"][0]["text"] for r in replies] == [
             lone[s] for s in SENTENCES[:4]]  # fmt: skip
-        for _ in range(300):
-            if not served.server.started:
-                break
-            time.sleep(0.01)
-        with pytest.raises(OSError):
+        with pytest.raises(OSError):  # the listening socket closed when shutdown began
             request(f"{served.url}/health", timeout=5)
+
+def test_sentences_still_queued_when_the_worker_stops_get_503(ckpt):
+    """The worker's last batch is run; a job of other options, queued behind it, fails
+    with 503 rather than waiting for ever."""
+    service = Service(ServeConfig(str(ckpt), max_wait_ms=10_000))
+    service.start()
+    wait_until(lambda: service.batcher.ready, 60)
+
+    async def stop_while_queued() -> tuple:
+        first = asyncio.ensure_future(service.translate(["the cat"], Options(2, 0.6, 1)))
+        second = asyncio.ensure_future(service.translate(["a mat"], Options(3, 0.6, 1)))
+        await asyncio.to_thread(wait_until, lambda: service.batcher.stats.requests == 2, 10)
+        await asyncio.to_thread(service.stop)
+        return await asyncio.gather(first, second, return_exceptions=True)
+
+    first, second = asyncio.run(stop_while_queued())
+    assert len(first) == 1 and first[0].nbest
+    assert isinstance(second, ApiError) and second.status == 503
+    assert "the server is shutting down" in second.message
 
 def test_every_error_has_one_shape_404_405_and_500_too(server, monkeypatch):
     missing = request(f"{server}/v2/translate", {"text": "a"})
