@@ -163,6 +163,25 @@ class Checkpoint:
             )
         return src_vocab, tgt_vocab
 
+    @functools.cached_property
+    def languages(self) -> tuple[str | None, str | None]:
+        """(source, target) codes: those the metadata records (training writes the prepared
+        data's), else those of the prepared data's manifest, where the checkpoint's data
+        directory still is (checkpoints saved before they were recorded); None where neither
+        says."""
+        meta = self.meta.get("languages")
+        if isinstance(meta, dict):
+            found = meta.get("source"), meta.get("target")
+            if all(isinstance(code, str) for code in found):
+                return found
+        data_dir = self.config.data.dir
+        manifest = Path(data_dir) / MANIFEST if data_dir else None
+        try:
+            data = json.loads(manifest.read_text(encoding="utf-8")) if manifest else {}
+        except (OSError, ValueError):
+            data = {}
+        return data.get("src_lang"), data.get("tgt_lang")
+
     @property
     def src_vocab(self) -> Vocab:
         return self.vocabs[0]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import sys
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -37,7 +36,7 @@ from aiayn.decode.search import Search, output_limits
 from aiayn.decode.search import search as search_core
 from aiayn.decode.strategy import Hypothesis
 from aiayn.device import check_int8, parse_device
-from aiayn.errors import ConfigError, DataError
+from aiayn.errors import ConfigError
 from aiayn.model.transformer import Transformer
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -188,41 +187,6 @@ def one_line(text: str) -> str:
     """A translation as one output line: line breaks (the vocabulary is lossless and may
     produce them) become spaces, so output lines match input lines one to one."""
     return " ".join(text.splitlines()) if text else text
-
-
-def translate_files(
-    translator: Translator, input: str | None, output: str | None,
-    chunk_lines: int | None = None, nbest: bool = False,
-) -> int:  # fmt: skip
-    """`aiayn translate`: lines of `input` (None: stdin) translated into `output` (None:
-    stdout; a file is replaced only once every line is done, `outfile.AtomicOutput`), in
-    chunks of `chunk_lines` (None: 256, or 1 when stdin is a terminal); -> lines read.
-
-    The input is read as bytes and decoded line by line, so that invalid UTF-8 is named by
-    its line (and under a C or POSIX locale never reaches the model as surrogates, as
-    Python's stdin would pass it). A stdin that is already text (a notebook's) is read as is."""
-    from aiayn.data.corpus import decode_utf8
-    from aiayn.outfile import AtomicOutput, refuse_output_among_inputs
-
-    if chunk_lines is not None and chunk_lines < 1:
-        raise ConfigError(f"--chunk-lines must be at least 1, got {chunk_lines}")
-    refuse_output_among_inputs(output, input)
-    stdin = getattr(sys.stdin, "buffer", sys.stdin)
-    try:
-        source = open(input, "rb") if input else stdin
-    except OSError as err:
-        raise DataError(f"{input}: cannot read ({err.strerror})") from None
-    lines = (
-        raw if isinstance(raw, str) else decode_utf8(raw, input or "stdin", n)
-        for n, raw in enumerate(source, start=1)
-    )  # fmt: skip
-    chunk = chunk_lines or (1 if source.isatty() else 256)
-    try:
-        with AtomicOutput(output) as out:
-            return translate_stream(translator, lines, out.handle, chunk, nbest=nbest)
-    finally:
-        if source is not stdin:
-            source.close()
 
 
 def translate_stream(

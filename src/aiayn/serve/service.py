@@ -8,7 +8,7 @@ worker thread (`batcher.Batcher`) and waits for it, at most `timeout_s`. Each re
 from __future__ import annotations
 
 import asyncio
-import json
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -18,7 +18,8 @@ from aiayn.checkpoint import Checkpoint
 from aiayn.errors import ConfigError
 from aiayn.model.transformer import parameter_count
 from aiayn.serve.batcher import Batcher, Job, NotReady, QueueFull
-from aiayn.serve.runner import Options, Result, TranslatorRunner
+from aiayn.serve.runner import Options, Result, TranslatorRunner, Wants
+from aiayn.serve.texts import TextResult, join, segment
 from aiayn.translate import Translator
 
 
@@ -40,8 +41,10 @@ class ServeConfig:
     max_body_bytes: int = 1 << 20  # more -> 413
     max_beam: int = 16  # a larger beam -> 422
     timeout_s: float = 60.0  # a request not answered by then -> 504
-    src_lang: str | None = None  # None: the prepared data's, when its manifest is there
+    src_lang: str | None = None  # used where neither the checkpoint nor its data names them
     tgt_lang: str | None = None
+    api_keys: str | None = None  # a file of API keys (`keys.read_api_keys`); others -> 403
+    req_limit: int | None = None  # requests a minute per key or keyless client; more -> 429
 
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads < 1:
@@ -50,6 +53,8 @@ class ServeConfig:
                      "max_body_bytes", "max_beam"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.req_limit is not None and self.req_limit < 0:
+            raise ConfigError(f"--req-limit must be at least 0, got {self.req_limit}")
         if self.max_wait_ms < 0 or self.timeout_s <= 0:
             raise ConfigError("--max-wait-ms must be >= 0 and --timeout > 0")
         if not 0 <= self.port < 65536:
@@ -64,14 +69,17 @@ class ApiError(Exception):
         self.status, self.message, self.headers = status, message, headers or {}
 
 
-def _languages(config) -> tuple[str | None, str | None]:
-    """The prepared data's languages (its manifest), if the checkpoint's data dir is here."""
-    manifest = Path(config.data.dir) / "manifest.json" if config.data.dir else None
-    try:
-        data = json.loads(manifest.read_text(encoding="utf-8")) if manifest else {}
-    except (OSError, ValueError):
-        data = {}
-    return data.get("src_lang"), data.get("tgt_lang")
+def model_languages(config: ServeConfig, ckpt: Checkpoint) -> tuple[str | None, str | None]:
+    """(source, target) codes: recorded with the model, else `--src-lang` / `--tgt-lang`;
+    a flag that contradicts what the model records is an error, not silently ignored."""
+    recorded = ckpt.languages
+    languages = []
+    for flag, given, found in zip(("--src-lang", "--tgt-lang"), (config.src_lang, config.tgt_lang),
+                                  recorded):  # fmt: skip
+        if given is not None and found is not None and given != found:
+            raise ConfigError(f"{flag} {given}, but {config.checkpoint} was trained on {found}")
+        languages.append(found if found is not None else given)
+    return languages[0], languages[1]
 
 
 class Service:
@@ -79,9 +87,9 @@ class Service:
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
-        self.model_config = Checkpoint(config.checkpoint).config  # a bad path fails now
-        found = _languages(self.model_config)
-        self.languages = (config.src_lang or found[0], config.tgt_lang or found[1])
+        ckpt = Checkpoint(config.checkpoint)  # a bad path fails now
+        self.model_config = ckpt.config
+        self.languages = model_languages(config, ckpt)
         self.translator: Translator | None = None
         self.parameters: int | None = None  # counted by the worker (building a model is slow)
         self.batcher = Batcher(
@@ -119,23 +127,29 @@ class Service:
         decode = self.model_config.decode
         return Options(beam=decode.beam, alpha=decode.alpha, nbest=1)
 
-    def _lengths(self, texts: list[str]) -> list[int]:
-        """Source tokens of each text (eos included); 413 past `max_sentence_tokens`."""
+    def _lengths(self, sentences: list[str]) -> list[int]:
+        """Source tokens of each sentence (eos included); 413 past the limits."""
         c = self.config
-        if len(texts) > c.max_sentences:
-            raise ApiError(413, f"too many sentences: {len(texts)}; the limit is "
+        if len(sentences) > c.max_sentences:
+            raise ApiError(413, f"too many sentences: {len(sentences)}; the limit is "
                                 f"--max-sentences {c.max_sentences}")  # fmt: skip
-        lengths = [len(ids) + 1 for ids in self.translator.src_vocab.encode_batch(texts)]
+        lengths = [len(ids) + 1 for ids in self.translator.src_vocab.encode_batch(sentences)]
         for i, n in enumerate(lengths):
             if n > c.max_sentence_tokens:
-                raise ApiError(413, f"sentence {i + 1} is too long: {n} tokens; the limit is "
-                                    f"--max-sentence-tokens {c.max_sentence_tokens}")  # fmt: skip
+                start = sentences[i][:40] + ("..." if len(sentences[i]) > 40 else "")
+                raise ApiError(413, f"sentence {i + 1} ({start!r}) is too long: {n} tokens; "
+                                    f"the limit is --max-sentence-tokens "
+                                    f"{c.max_sentence_tokens}")  # fmt: skip
         return lengths
 
-    async def translate(self, texts: list[str], options: Options, attention: bool) -> list[Result]:
-        """Each text's results, in order; refusals as `ApiError`s."""
+    async def translate(
+        self, sentences: list[str], options: Options, wants: Wants = Wants()
+    ) -> list[Result]:
+        """Each sentence's result, in order, from one job; refusals as `ApiError`s."""
         self.check_ready()
-        job = Job(texts, self._lengths(texts), options, [attention] * len(texts))
+        if not sentences:
+            return []
+        job = Job(sentences, self._lengths(sentences), options, [wants] * len(sentences))
         try:
             future = self.batcher.submit(job)
         except QueueFull as err:
@@ -144,9 +158,38 @@ class Service:
             raise ApiError(503, f"not ready: {err}", {"Retry-After": "2"}) from None
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), self.config.timeout_s)
+        except NotReady as err:  # still queued when the worker stopped
+            raise ApiError(503, f"not translated: {err}", {"Retry-After": "2"}) from None
         except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
             raise ApiError(504, f"no translation within --timeout {self.config.timeout_s:g} s; "
                                 "send fewer or shorter sentences") from None  # fmt: skip
+
+    async def translate_texts(
+        self, texts: list[str], options: Options, wants: Wants = Wants(), *, split: bool = True,
+        html: bool = False, chunked: bool = False,
+    ) -> list[TextResult]:  # fmt: skip
+        """Each text cut into sentences (`texts.segment`), translated, put back together.
+        The sentences go in one job, within --max-sentences; `chunked` (a file: long, and
+        sharing the queue with others), `max_sentences` a job, one job after another."""
+        self.check_ready()
+        if len(texts) > self.config.max_sentences:
+            raise ApiError(413, f"too many sentences: {len(texts)} texts, a sentence each at "
+                                f"least; the limit is --max-sentences "
+                                f"{self.config.max_sentences}")  # fmt: skip
+        lang = self.languages[0] or "en"
+        docs = await asyncio.to_thread(segment, texts, lang, split, html)  # not in the loop
+        sentences = [s for doc in docs for s in doc.sentences]
+        wants = dataclasses.replace(wants, alignment=True) if html else wants  # places tags
+        step = self.config.max_sentences if chunked else max(len(sentences), 1)
+        results: list[Result] = []
+        for start in range(0, len(sentences), step):
+            results += await self.translate(sentences[start : start + step], options, wants)
+        return join(docs, results, wants.alignment)
+
+    async def translate_file(self, text: str, html: bool) -> str:
+        """A .txt or .html file's text translated (`translate_texts`, chunked)."""
+        (result,) = await self.translate_texts([text], self.defaults(), html=html, chunked=True)
+        return result.text
 
     def info(self) -> dict:
         m, c = self.model_config.model, self.config
