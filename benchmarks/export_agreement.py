@@ -1,6 +1,6 @@
 """How closely `aiayn export`'s models translate like aiayn: greedy and beam search through
-CTranslate2 and HuggingFace MarianMT against `aiayn translate`, and BLEU of the int8
-CTranslate2 export against float32.
+CTranslate2, HuggingFace MarianMT and Argos Translate against `aiayn translate`, and BLEU of
+the int8 CTranslate2 export against float32.
 
     .venv/bin/python benchmarks/export_agreement.py --checkpoint runs/demo/checkpoint \
         --src runs/demo/corpus/test.en --ref runs/demo/corpus/test.de [--limit N]
@@ -13,8 +13,10 @@ translations should be identical. Beam search is not: each library divides a hyp
 log-probability by its own length penalty (CTranslate2 and transformers by length ** alpha,
 aiayn by ((5 + length) / 6) ** alpha, Wu et al. 2016), and they finish hypotheses by
 different rules, so beam translations may differ; "beam_alpha0" runs all three without a
-length penalty, which removes the first cause. Prints one JSON object: the fraction of
-translations identical to aiayn's, and sacreBLEU of each system.
+length penalty, which removes the first cause; Argos Translate (the Argos package, through
+its own installer and translator, offline) always uses its own penalty, length ** 0.2.
+Prints one JSON object: the fraction of translations identical to aiayn's, and sacreBLEU of
+each system.
 """
 
 from __future__ import annotations
@@ -131,12 +133,14 @@ def agreement(checkpoint: Path, sources: list[str], refs: list[str], tmp: Path) 
     export_checkpoint(checkpoint, "ctranslate2", ct2)
     export_checkpoint(checkpoint, "ctranslate2", ct2_int8, quantization="int8")
     export_checkpoint(checkpoint, "huggingface", hf)
+    argos = export_checkpoint(checkpoint, "argos", tmp / "model.argosmodel")
     report, bleu = {}, {}
     for name, (b, a) in {"greedy": (1, alpha), f"beam{beam}": (beam, alpha),
                          f"beam{beam}_alpha0": (beam, 0.0)}.items():  # fmt: skip
         ours = aiayn_translations(checkpoint, sources, b, a)
         systems = {"ctranslate2": ct2_translations(ct2, checkpoint, sources, b, a),
-                   "transformers": hf_translations(hf, sources, b, a)}  # fmt: skip
+                   "transformers": hf_translations(hf, sources, b, a),
+                   "argos": argos_translations(argos, sources, b, tmp / name)}  # fmt: skip
         report[name] = {k: identical(ours, v) for k, v in systems.items()}
         if name == f"beam{beam}":
             int8 = ct2_translations(ct2_int8, checkpoint, sources, b, a, "int8")
