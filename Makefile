@@ -5,8 +5,13 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
+# LibreTranslate, the peer of benchmarks/serve_load.py (and of its smoke test), has a venv of
+# its own: it pins packaging, numpy and rich below what the dev install needs. It takes no
+# torch; spaCy is its offline sentence splitter for aiayn's Argos packages.
+LT_VENV := .venv-lt
+LT_PIN := libretranslate==1.9.6
 
-.PHONY: demo test install clean
+.PHONY: demo test install libretranslate clean
 
 $(BIN)/aiayn: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,11 +22,19 @@ $(BIN)/aiayn: pyproject.toml
 
 install: $(BIN)/aiayn
 
+$(LT_VENV)/bin/libretranslate:
+	$(PYTHON) -m venv $(LT_VENV)
+	$(LT_VENV)/bin/pip install -q --upgrade pip
+	$(LT_VENV)/bin/pip install -q $(LT_PIN) spacy
+	touch $@
+
+libretranslate: $(LT_VENV)/bin/libretranslate
+
 demo: install
 	$(BIN)/aiayn demo
 
-test: install
+test: install libretranslate
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(LT_VENV) runs

@@ -86,15 +86,18 @@ with open(texts, encoding="utf-8") as f, open(out, "w", encoding="utf-8") as g:
 """
 
 
-def argos_environment(home: Path, beam: int, compute_type: str = "float32") -> dict[str, str]:
+def argos_environment(
+    home: Path, beam: int, compute_type: str = "float32", threads: int = 1
+) -> dict[str, str]:
     """Argos in `home` alone (settings, packages, caches), offline: every download goes to a
     closed port, and sentences are split by the package's spaCy pipeline. Argos's default
-    compute type, "auto", runs a float32 model in int8 on CPUs that have int8 products."""
+    compute type, "auto", runs a float32 model in int8 on CPUs that have int8 products.
+    LibreTranslate reads the same settings."""
     env = {**os.environ, "HOME": str(home), "XDG_DATA_HOME": str(home / "data"),
            "XDG_CONFIG_HOME": str(home / "config"), "XDG_CACHE_HOME": str(home / "cache"),
            "ARGOS_PACKAGES_DIR": str(home / "packages"), "ARGOS_CHUNK_TYPE": "SPACY",
            "ARGOS_BEAM_SIZE": str(beam), "ARGOS_COMPUTE_TYPE": compute_type,
-           "ARGOS_DEVICE_TYPE": "cpu", "ARGOS_INTRA_THREADS": "1",
+           "ARGOS_DEVICE_TYPE": "cpu", "ARGOS_INTRA_THREADS": str(threads),
            "HTTP_PROXY": OFFLINE, "HTTPS_PROXY": OFFLINE, "http_proxy": OFFLINE,
            "https_proxy": OFFLINE}  # fmt: skip
     env.pop("NO_PROXY", None), env.pop("no_proxy", None)
