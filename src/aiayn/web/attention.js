@@ -139,11 +139,13 @@ const AttentionView = (() => {
     box.appendChild(table);
   }
 
-  // One small heat map per (layer, head) of the chosen kind; a cell is (query, key).
+  // One small heat map per (layer, head) of the chosen kind, a layer's maps on one line of
+  // the view's width (at most 90 pixels each); a cell is (query, key).
   function drawGrid(grid, data, state) {
     grid.replaceChildren();
     const layers = data[state.kind];
-    const cell = Math.max(3, Math.floor(90 / Math.max(...tokens(data, state.kind).map((t) => t.length))));
+    const side = Math.min(90, Math.floor((state.width - 80) / layers[0].length) - 8);
+    const cell = Math.max(2, Math.floor(side / Math.max(...tokens(data, state.kind).map((t) => t.length))));
     layers.forEach((heads, layer) => {
       const row = node("div", { class: "grid-row" });
       const star = layer === data.readable_layer?.[state.kind] ? " ★" : "";
