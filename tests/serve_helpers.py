@@ -44,8 +44,15 @@ def wait_ready(url: str, seconds: float = 60) -> None:
     raise TimeoutError(f"{url} not ready in {seconds} s")
 
 
+@dataclass
+class Served:
+    url: str
+    service: Service
+    server: object  # the uvicorn.Server: `server.should_exit = True` shuts it down
+
+
 @contextmanager
-def running(config: ServeConfig, ready: bool = True) -> Iterator[tuple[str, Service]]:
+def serving(config: ServeConfig, ready: bool = True) -> Iterator[Served]:
     """The app of `config` served by uvicorn in a thread on a free loopback port."""
     import uvicorn
 
@@ -60,7 +67,14 @@ def running(config: ServeConfig, ready: bool = True) -> Iterator[tuple[str, Serv
     try:
         if ready:
             wait_ready(url)
-        yield url, service
+        yield Served(url, service, server)
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+@contextmanager
+def running(config: ServeConfig, ready: bool = True) -> Iterator[tuple[str, Service]]:
+    """`serving`, as (url, service)."""
+    with serving(config, ready) as served:
+        yield served.url, served.service

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import shutil
+import socket
 import threading
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,15 +19,18 @@ from aiayn.cli import main
 from aiayn.errors import ConfigError
 from aiayn.serve.service import ServeConfig, Service
 from aiayn.translate import Translator
-from serve_helpers import request, running, wait_ready
+from serve_helpers import request, running, serving, wait_ready
 from tiny_checkpoint import WORDS, save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
 
 SENTENCES = [" ".join(WORDS[i : i + 1 + i % 5]) for i in range(12)]
 
+LANGUAGES = {"languages": {"source": "en", "target": "de"}}
+
+
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    return save_tiny_checkpoint(tmp_path_factory.mktemp("serve") / "ckpt")
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("serve") / "ckpt", meta=LANGUAGES)
 
 @pytest.fixture(scope="module")
 def lone(ckpt):
@@ -34,7 +41,7 @@ def lone(ckpt):
 @pytest.fixture(scope="module")
 def server(ckpt):
     config = ServeConfig(str(ckpt), max_sentences=4, max_sentence_tokens=24, max_queue=6,
-                         max_body_bytes=2000, max_beam=5, src_lang="en", tgt_lang="de")  # fmt: skip
+                         max_body_bytes=250_000, max_beam=5)  # fmt: skip
     with running(config) as (url, service):
         yield url
 
@@ -50,28 +57,20 @@ def test_translations_come_back_in_order_and_empty_strings_stay_empty(server, lo
     assert only["nbest"][0] == {"text": only["text"], "score": only["score"]}
     assert only["nbest"][0]["score"] >= only["nbest"][1]["score"]
 
-def test_libretranslate_shape(server):
-    s = SENTENCES[2]
-    reply = request(f"{server}/translate", {"q": s, "source": "en", "target": "de"})
-    assert reply.status == 200
-    # both with the checkpoint's decoding defaults
-    single = request(f"{server}/v1/translate", {"text": s}).body["translations"][0]["text"]
-    assert reply.body == {"translatedText": single}
-    many = request(f"{server}/translate", {"q": [s, ""], "source": "auto", "target": "de"})
-    assert many.body == {"translatedText": [single, ""]}
-    wrong = request(f"{server}/translate", {"q": s, "source": "en", "target": "fr"})
-    assert wrong.status == 422 and "'fr'" in wrong.body["error"] and "'de'" in wrong.body["error"]
-
 CASES = [
     ({"text": SENTENCES[:5]}, 413, "--max-sentences 4"),
     ({"text": ["the cat " * 30]}, 413, "--max-sentence-tokens 24"),
-    ({"text": "x" * 3000}, 413, "--max-body-bytes 2000"),
+    ({"text": "x" * 300_000}, 413, "--max-body-bytes 250000"),
     (b'{"text": "the cat"', 422, "invalid JSON"),
     (b"\xff\xfe", 422, "invalid JSON"),
+    (b"[" * 1000 + b"]" * 1000, 422, "nested too deeply"),  # was a RecursionError: 500
+    (b'{"text": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", 422, "nested too deeply"),
+    (b'{"text": "\\ud800"}', 422, "lone surrogate"),
     ({"text": "a", "beam": 0}, 422, '"beam" must be in 1..5'),
     ({"text": "a", "beam": 6}, 422, "--max-beam"),
     ({"text": "a", "beam": 2, "nbest": 3}, 422, '"nbest" must be in 1..2'),
     ({"text": "a", "alpha": -1}, 422, '"alpha"'),
+    ({"text": "a", "alpha": 175}, 422, '"alpha" must be a number in 0..10'),  # overflowed: 500
     ({"text": "a", "attention": "yes"}, 422, '"attention"'),
     ({"text": 7}, 422, '"text" must be a string or a list of strings'),
     ({"txt": "a"}, 422, "unknown field(s) txt"),
@@ -196,3 +195,113 @@ def test_the_cli_names_a_checkpoint_it_cannot_load(tmp_path, ckpt, capsys):
     assert "could not be loaded" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="--max-queue must be at least 1"):
         dataclasses.replace(ServeConfig(str(ckpt)), max_queue=0)
+
+def read_reply(sock: socket.socket) -> tuple[int, dict]:
+    """The status and JSON body of the HTTP/1.1 reply on `sock` (sent with Connection: close)."""
+    reply = b""
+    while chunk := sock.recv(65536):
+        reply += chunk
+    head, body = reply.split(b"\r\n\r\n", 1)
+    return int(head.split()[1]), json.loads(body)
+
+def post_head(path: str, length: int) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {length}\r\nConnection: close\r\n\r\n").encode()  # fmt: skip
+
+def test_a_client_that_leaves_mid_body_or_while_queued_costs_nothing(ckpt, caplog):
+    """Mid-body: no traceback, nothing queued. While queued: its sentences leave the queue
+    unrun (the worker waits 1.5 s for company, so they are still there when it goes)."""
+    with running(ServeConfig(str(ckpt), max_wait_ms=1500)) as (url, service):
+        stats = service.batcher.stats
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(post_head("/v1/translate", 100) + b'{"text": "the')
+        body = json.dumps({"text": SENTENCES[:3]}).encode()
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(post_head("/v1/translate", len(body)) + body)
+            for _ in range(200):
+                if stats.requests == 1:
+                    break
+                time.sleep(0.01)
+            assert stats.requests == 1  # queued
+        after = request(f"{url}/v1/translate", {"text": SENTENCES[4]})
+        assert after.status == 200 and stats.sentences == 1 and stats.batches == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.records
+
+def test_a_slow_client_holds_up_no_one(ckpt, lone):
+    """A client sends its body a few bytes at a time, then stalls: meanwhile the others are
+    answered; once its body is whole, so is it."""
+    with running(ServeConfig(str(ckpt), max_wait_ms=0)) as (url, _):
+        body = json.dumps({"text": SENTENCES[1], "beam": 2}).encode()
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(post_head("/v1/translate", len(body)))
+            for i in range(0, 12, 3):
+                sock.sendall(body[i : i + 3])
+                time.sleep(0.05)
+            others = [request(f"{url}/v1/translate", {"text": s, "beam": 2}) for s in SENTENCES[:4]]
+            assert [r.body["translations"][0]["text"] for r in others] == [
+                lone[s] for s in SENTENCES[:4]]  # fmt: skip
+            sock.sendall(body[12:])
+            status, answer = read_reply(sock)
+        assert status == 200 and answer["translations"][0]["text"] == lone[SENTENCES[1]]
+
+def test_concurrent_requests_with_mixed_options_get_each_their_own(ckpt):
+    """Eight requests at once, of four decoding options and with or without attention:
+    each answer equals the same request's answer sent alone."""
+    bodies = [{"text": SENTENCES[i : i + 1 + i % 3], "beam": 1 + i % 4,
+               "nbest": 1 + (i % 4 > 1), "attention": i % 3 == 0} for i in range(8)]  # fmt: skip
+    with running(ServeConfig(str(ckpt), max_wait_ms=300)) as (url, service):
+        alone = [request(f"{url}/v1/translate", b).body for b in bodies]
+        before = service.batcher.stats.batches
+        barrier = threading.Barrier(len(bodies))
+
+        def send(body):
+            barrier.wait()
+            return request(f"{url}/v1/translate", body)
+
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            together = list(pool.map(send, bodies))
+        assert service.batcher.stats.batches - before < len(bodies)
+    for body, single, reply in zip(bodies, alone, together):
+        assert reply.status == 200
+        for one, other in zip(single["translations"], reply.body["translations"], strict=True):
+            assert [h["text"] for h in one["nbest"]] == [h["text"] for h in other["nbest"]]
+            assert len(other["nbest"]) == body["nbest"]
+            assert other["score"] == pytest.approx(one["score"], abs=1e-4)
+            assert ("attention" in other) == body["attention"]
+
+def test_shutdown_answers_the_requests_already_queued(ckpt, lone):
+    """Shut down while four requests wait in the queue: each is answered, then the server
+    stops, and a new connection is refused."""
+    with serving(ServeConfig(str(ckpt), max_wait_ms=1000)) as served:
+        stats = served.service.batcher.stats
+        with ThreadPoolExecutor(4) as pool:
+            sent = [pool.submit(request, f"{served.url}/v1/translate", {"text": s, "beam": 2})
+                    for s in SENTENCES[:4]]  # fmt: skip
+            for _ in range(300):
+                if stats.requests == 4:
+                    break
+                time.sleep(0.01)
+            assert stats.requests == 4 and stats.batches == 0  # all four still queued
+            served.server.should_exit = True
+            replies = [f.result() for f in sent]
+        assert [r.body["translations"][0]["text"] for r in replies] == [
+            lone[s] for s in SENTENCES[:4]]  # fmt: skip
+        for _ in range(300):
+            if not served.server.started:
+                break
+            time.sleep(0.01)
+        with pytest.raises(OSError):
+            request(f"{served.url}/health", timeout=5)
+
+def test_every_error_has_one_shape_404_405_and_500_too(server, monkeypatch):
+    missing = request(f"{server}/v2/translate", {"text": "a"})
+    assert missing.status == 404 and missing.body == {"error": "no such route: /v2/translate"}
+    wrong = request(f"{server}/info", {"text": "a"})  # a POST
+    assert wrong.status == 405 and "POST is not allowed on /info" in wrong.body["error"]
+    assert "GET" in wrong.headers["allow"]
+    monkeypatch.setattr(Service, "info", lambda self: 1 / 0)
+    broken = request(f"{server}/info")
+    assert broken.status == 500
+    assert broken.body == {"error": "internal error: ZeroDivisionError: division by zero"}

@@ -24,12 +24,15 @@ def tiny_vocab() -> Vocab:
     return Vocab.train([" ".join(rng.choices(WORDS, k=8)) for _ in range(300)], vocab_size=300)
 
 
-def save_tiny_checkpoint(path: Path, max_len_offset: int = 4, **model: object) -> Path:
-    """A checkpoint without trainer state (like an averaged one); short outputs by default."""
+def save_tiny_checkpoint(
+    path: Path, max_len_offset: int = 4, meta: dict | None = None, **model: object
+) -> Path:
+    """A checkpoint without trainer state (like an averaged one); short outputs by default.
+    `meta` goes into its `checkpoint.json` (e.g. {"languages": {"source": "en", ...}})."""
     vocab = tiny_vocab()
     config = Config(
         model=tiny_model_config(vocab_size=vocab.size, **model),
         decode=DecodeConfig(max_len_offset=max_len_offset),
     )
     torch.manual_seed(0)
-    return save_checkpoint(path, Transformer(config.model), config, vocab, vocab)
+    return save_checkpoint(path, Transformer(config.model), config, vocab, vocab, meta=meta)

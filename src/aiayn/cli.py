@@ -33,6 +33,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_average(sub)
     _add_translate(sub)
     _add_evaluate(sub)
+    _add_score(sub)
     _add_export(sub)
     _add_attention(sub)
     _add_serve(sub)
@@ -307,10 +308,19 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
         "input line, in chunks that are written and flushed as they are done; an existing -o "
         "FILE keeps its old content until every line is done, then is replaced. With --nbest K "
         "each input gives K lines `index ||| translation ||| score` (index from 0; score = "
-        "log P / length penalty).",
+        "log P / length penalty). --split sentences cuts each line into sentences and puts "
+        "their translations back on it; --alignment appends ` ||| 0-0 1-2 ...` to each line "
+        "(source-target word pairs, Moses / fast_align's format).",
     )
     _add_decode_options(p)
     p.add_argument("--nbest", type=int, metavar="K", help="K best per input (needs K <= beam)")
+    p.add_argument("--split", choices=("lines", "sentences"), default="lines",
+                   help="lines: each line is one segment (the default, for test sets); "
+                   "sentences: each line a paragraph of sentences")  # fmt: skip
+    p.add_argument("--alignment", action="store_true",
+                   help="append ` ||| i-j ...` word alignments (from the encoder-decoder attention)")
+    p.add_argument("--src-lang", default="en", metavar="CODE",
+                   help="the input's language, for --split sentences (en)")
     p.add_argument("-i", "--input", metavar="FILE", help="UTF-8 text, one sentence a line")
     p.add_argument("-o", "--output", metavar="FILE", help="where to write (stdout)")
     p.add_argument("--chunk-lines", type=int, metavar="N",
@@ -321,7 +331,7 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
 def _run_translate(args: argparse.Namespace) -> int:
     from aiayn.data.corpus import decode_utf8
     from aiayn.outfile import AtomicOutput, refuse_output_among_inputs
-    from aiayn.translate import translate_stream
+    from aiayn.text.stream import translate_lines
 
     if args.checkpoint is None:
         raise ConfigError("give --checkpoint DIR")
@@ -344,7 +354,9 @@ def _run_translate(args: argparse.Namespace) -> int:
     chunk = args.chunk_lines or (1 if source.isatty() else 256)
     try:
         with AtomicOutput(args.output) as out:
-            translate_stream(translator, lines, out.handle, chunk, nbest=args.nbest is not None)
+            translate_lines(translator, lines, out.handle, chunk, split=args.split,
+                            alignment=args.alignment, nbest=args.nbest is not None,
+                            lang=args.src_lang)  # fmt: skip
     finally:
         if source is not stdin:
             source.close()
@@ -413,6 +425,33 @@ def _run_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_score(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "score",
+        help="log-probability of each (source, translation) pair under a checkpoint",
+        description="One line per pair of --src and --hyp lines: log P(hyp | src) (eos "
+        "included), its mean per token, and log P / length penalty (the beam search's score), "
+        "tab-separated; --json: one JSON object per line, with each token's log-probability.",
+    )
+    p.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint directory")
+    p.add_argument("--src", required=True, metavar="FILE", help="source sentences")
+    p.add_argument("--hyp", required=True, metavar="FILE", help="their translations")
+    p.add_argument("--alpha", type=float, help="length penalty exponent (the checkpoint's)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (cpu)")
+    p.add_argument("--reference", action="store_true", help=REFERENCE_HELP)
+    p.add_argument("--json", action="store_true", help="JSON lines instead of text")
+    p.set_defaults(run=_run_score)
+
+
+def _run_score(args: argparse.Namespace) -> int:
+    from aiayn.scores import score_files
+
+    for line in score_files(args.checkpoint, args.src, args.hyp, args.alpha, args.device,
+                            args.reference, args.json):  # fmt: skip
+        print(line)
+    return 0
+
+
 def _add_attention(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "attention",
@@ -461,8 +500,12 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, ... (cpu)")
     p.add_argument("--int8", action="store_true", help="int8 weights (CPU, float32 only)")
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads (torch's default)")
-    p.add_argument("--src-lang", help="source language code (default: the training data's)")
-    p.add_argument("--tgt-lang", help="target language code (default: the training data's)")
+    p.add_argument("--src-lang", help="source language code, if the checkpoint names none")
+    p.add_argument("--tgt-lang", help="target language code, if the checkpoint names none")
+    p.add_argument("--api-keys", metavar="FILE",
+                   help="the API keys, one a line: KEY [REQUESTS_PER_MINUTE]")
+    p.add_argument("--req-limit", type=int, metavar="N",
+                   help="requests a minute per client without a key (no limit; 0: a key is needed)")
     limits = (("max_batch_tokens", int, "padded source tokens per batch"),
               ("max_wait_ms", float, "wait for more requests to batch, in ms"),
               ("max_queue", int, "sentences waiting before 503"),

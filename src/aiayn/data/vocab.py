@@ -199,6 +199,12 @@ class Vocab:
         """Text of `ids`; pad, bos and eos are control symbols and decode to nothing."""
         return self._sp.decode([int(i) for i in ids])
 
+    def surfaces(self, ids: Sequence[int]) -> list[str]:
+        """The text each id contributes to `decode(ids)`, in order (they concatenate to it):
+        "▁" as a space where it is one; a character spelled as bytes belongs to its last
+        byte, the others give ""; control symbols give "". Word alignments need it."""
+        return [p.surface for p in self._sp.decode_ids_as_proto([int(i) for i in ids]).pieces]
+
     def piece(self, token_id: int) -> str:
         """The subword string of one id (for attention plots and debugging)."""
         return self._sp.id_to_piece(int(token_id))

@@ -1,14 +1,16 @@
 """The HTTP layer of `aiayn serve` (FastAPI on uvicorn): routes, request checks, errors.
 
-    POST /v1/translate  {"text": str | [str], "beam", "alpha", "nbest", "attention": bool}
-                        -> {"translations": [{"text", "score", "nbest", "attention"?}]}
-    POST /translate     LibreTranslate's shape: {"q", "source", "target"} -> {"translatedText"}
+    POST /v1/translate  {"text": str | [str], "beam", "alpha", "nbest", "attention": bool,
+                        "api_key"} -> {"translations": [{"text", "score", "nbest", "attention"?}]}
     GET  /health        alive;  GET /ready: 503 until the model has loaded and translated once
     GET  /info          model, languages, decoding defaults, limits, counts
     GET  /              the web page (`web/serve.html`), nothing loaded from elsewhere
+    GET  /openapi.json  every route, body, field and status (`schema.py`)
 
-Every error is `{"error": message}` with its status: 413 (too big), 422 (not valid), 503
-(not ready, queue full: with Retry-After), 504 (past --timeout). None stops the server.
+and LibreTranslate's routes (`libre.py`). Every error, on every route, is `{"error": message}`
+with its status: 413 (too big), 422 (not valid), 403 / 429 (`keys.py`), 503 (not ready, queue
+full: with Retry-After), 504 (past --timeout), 404 / 405 (no such route or method); on
+LibreTranslate's routes 413 and 422 are 400, as there. None stops the server.
 """
 
 from __future__ import annotations
@@ -20,30 +22,19 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.exceptions import HTTPException
 
 from aiayn.errors import CheckpointError, ConfigError
+from aiayn.serve import schema
+from aiayn.serve.schema import MAX_ALPHA
+from aiayn.serve.body import read_json, unless_gone
+from aiayn.serve.keys import Access, read_api_keys
+from aiayn.serve.libre import is_libre_path, libre_router
 from aiayn.serve.runner import Options, Result
 from aiayn.serve.service import ApiError, ServeConfig, Service
 from aiayn.web import page
 
-V1_FIELDS = {"text", "beam", "alpha", "nbest", "attention"}
-
-
-async def read_json(request: Request, limit: int) -> Any:
-    """The request's JSON body; 413 past `limit` bytes (declared or read), 422 if invalid."""
-    too_big = f"the body is larger than --max-body-bytes {limit}"
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, too_big)
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise ApiError(413, too_big)
-    try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ApiError(422, f"invalid JSON: {err}") from None
+V1_FIELDS = {"text", "beam", "alpha", "nbest", "attention", "api_key"}
 
 
 def _texts(data: dict, name: str) -> list[str]:
@@ -75,8 +66,9 @@ def parse_v1(data: Any, service: Service) -> tuple[list[str], Options, bool]:
     beam = _int(data, "beam", defaults.beam, 1, service.config.max_beam, "--max-beam")
     nbest = _int(data, "nbest", 1, 1, beam, "at most the beam")
     alpha = data.get("alpha", defaults.alpha)
-    if not isinstance(alpha, (int, float)) or isinstance(alpha, bool) or not 0 <= alpha < 1e3:
-        raise ApiError(422, f'"alpha" must be a number >= 0, got {json.dumps(alpha)}')
+    number = isinstance(alpha, (int, float)) and not isinstance(alpha, bool)
+    if not number or not 0 <= alpha <= MAX_ALPHA:
+        raise ApiError(422, f'"alpha" must be a number in 0..{MAX_ALPHA:g}, got {json.dumps(alpha)}')
     attention = data.get("attention", False)
     if not isinstance(attention, bool):
         raise ApiError(422, f'"attention" must be true or false, got {json.dumps(attention)}')
@@ -85,18 +77,38 @@ def parse_v1(data: Any, service: Service) -> tuple[list[str], Options, bool]:
 
 def _v1_result(result: Result) -> dict:
     text, score = result.nbest[0]
-    out = {"text": text, "score": score, "nbest": [{"text": t, "score": s} for t, s in result.nbest]}
+    nbest = [{"text": t, "score": s} for t, s in result.nbest]
+    out = {"text": text, "score": score, "nbest": nbest}
     if result.attention is not None:
         out["attention"] = result.attention
     return out
 
 
-def _check_language(code: Any, ours: str | None, name: str) -> None:
-    if not isinstance(code, str):
-        raise ApiError(422, f'"{name}" must be a language code')
-    if ours is not None and code != ours and not (name == "source" and code == "auto"):
-        raise ApiError(422, f'"{name}" is {code!r}, but this model translates into and from '
-                            f"its own languages only ({name}: {ours!r})")  # fmt: skip
+def _error(request: Request, status: int, message: str, headers: dict | None = None
+           ) -> JSONResponse:  # fmt: skip
+    """The one error shape; LibreTranslate's routes answer 400 where ours say 413 or 422."""
+    if status in (413, 422) and is_libre_path(request.url.path):
+        status = 400
+    return JSONResponse({"error": message}, status, headers=headers)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def refused(request: Request, err: ApiError) -> JSONResponse:
+        return _error(request, err.status, err.message, err.headers)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, err: HTTPException) -> JSONResponse:
+        """Starlette's own: no such route (404), method (405), a malformed form (400)."""
+        message = {404: f"no such route: {request.url.path}",
+                   405: f"{request.method} is not allowed on {request.url.path}"}.get(
+            err.status_code, str(err.detail))  # fmt: skip
+        return _error(request, err.status_code, message, err.headers)
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, err: Exception) -> JSONResponse:
+        """A bug: 500 in the same shape (uvicorn logs the traceback)."""
+        return JSONResponse({"error": f"internal error: {type(err).__name__}: {err}"}, 500)
 
 
 def create_app(service: Service) -> FastAPI:
@@ -108,54 +120,50 @@ def create_app(service: Service) -> FastAPI:
         yield
         service.stop()
 
+    config = service.config
+    keys = read_api_keys(config.api_keys) if config.api_keys else None
+    access = Access(keys, config.req_limit)
     app = FastAPI(title="aiayn", lifespan=lifespan, docs_url=None, redoc_url=None)
+    _add_error_handlers(app)
 
-    @app.exception_handler(ApiError)
-    async def api_error(request: Request, err: ApiError) -> JSONResponse:
-        return JSONResponse({"error": err.message}, err.status, headers=err.headers)
-
-    @app.post("/v1/translate")
+    @app.post(
+        "/v1/translate", response_model=None,
+        openapi_extra=schema.json_body(schema.v1_request(config)),
+        responses=schema.responses(schema.V1_RESPONSE, 403, 413, 422, 429, 503, 504),
+    )  # fmt: skip
     async def translate_v1(request: Request) -> dict:
-        service.check_ready()
-        texts, options, attention = parse_v1(
-            await read_json(request, service.config.max_body_bytes), service
-        )
-        results = await service.translate(texts, options, attention)
+        """Translate sentences: the n best of each, with scores and, when asked, attention."""
+        data = await read_json(request, config.max_body_bytes)
+        texts, options, attention = parse_v1(data, service)
+        access.check(data.get("api_key"), request.client.host if request.client else "")
+        results = await unless_gone(request, service.translate(texts, options, attention))
         return {"translations": [_v1_result(r) for r in results]}
 
-    @app.post("/translate")
-    async def translate_libre(request: Request) -> dict:
-        service.check_ready()
-        data = await read_json(request, service.config.max_body_bytes)
-        if not isinstance(data, dict):
-            raise ApiError(422, "the body must be a JSON object")
-        _check_language(data.get("source", "auto"), service.languages[0], "source")
-        _check_language(data.get("target", service.languages[1] or ""), service.languages[1],
-                        "target")  # fmt: skip
-        if data.get("format", "text") != "text":
-            raise ApiError(422, '"format" must be "text" (HTML is not supported)')
-        texts = _texts(data, "q")
-        results = await service.translate(texts, service.defaults(), False)
-        translated = [r.nbest[0][0] for r in results]
-        return {"translatedText": translated[0] if isinstance(data["q"], str) else translated}
-
-    @app.get("/health")
+    @app.get("/health", response_model=None,
+             responses=schema.responses(schema.obj({"status": {"const": "ok"}}, ("status",))))
     async def health() -> dict:
+        """Alive (the model may still be loading)."""
         return {"status": "ok"}
 
-    @app.get("/ready")
+    @app.get("/ready", response_model=None,
+             responses=schema.responses(schema.obj({"ready": {"const": True}}, ("ready",)), 503))
     async def ready() -> dict:
+        """200 once the model has loaded and translated once."""
         service.check_ready()
         return {"ready": True}
 
-    @app.get("/info")
+    @app.get("/info", response_model=None, responses=schema.responses(schema.INFO))
     async def info() -> dict:
+        """The model, its languages, decoding defaults, limits, batching and counts."""
         return service.info()
 
-    @app.get("/", response_class=HTMLResponse)
+    @app.get("/", response_class=HTMLResponse,
+             responses=schema.responses(schema.STRING, media="text/html"))
     async def index() -> str:
+        """The web page."""
         return page("serve.html")
 
+    app.include_router(libre_router(service, access))
     return app
 
 

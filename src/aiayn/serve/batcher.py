@@ -88,15 +88,24 @@ class Batcher:
         self._thread.start()
 
     def stop(self, timeout: float = 30.0) -> None:
+        """Stop the worker after its batch; jobs still queued fail with NotReady."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        with self._cond:
+            while self._queue:
+                job = self._queue.popleft()
+                if job.future.set_running_or_notify_cancel():
+                    job.future.set_exception(NotReady("the server is shutting down"))
+            self._waiting = 0
 
     def submit(self, job: Job) -> Future:
         """Queue `job`; its future gets the runner's results for its sentences, in order."""
         with self._cond:
+            if self._stop:
+                raise NotReady("the server is shutting down")
             if not self.ready:
                 raise NotReady(self.error or "the model is still loading")
             if self._waiting + len(job.texts) > self.max_queue:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import read_config
+from aiayn.checkpoint import read_config, read_meta
 from aiayn.errors import ConfigError
 from aiayn.fast.linear import warm_up
 from aiayn.model.transformer import parameter_count
@@ -41,8 +41,10 @@ class ServeConfig:
     max_body_bytes: int = 1 << 20  # more -> 413
     max_beam: int = 16  # a larger beam -> 422
     timeout_s: float = 60.0  # a request not answered by then -> 504
-    src_lang: str | None = None  # None: the prepared data's, when its manifest is there
+    src_lang: str | None = None  # used where neither the checkpoint nor its data names them
     tgt_lang: str | None = None
+    api_keys: str | None = None  # a file of API keys (`keys.read_api_keys`); others -> 403
+    req_limit: int | None = None  # requests a minute per key or keyless client; more -> 429
 
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads < 1:
@@ -51,6 +53,8 @@ class ServeConfig:
                      "max_body_bytes", "max_beam"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1")
+        if self.req_limit is not None and self.req_limit < 0:
+            raise ConfigError(f"--req-limit must be at least 0, got {self.req_limit}")
         if self.max_wait_ms < 0 or self.timeout_s <= 0:
             raise ConfigError("--max-wait-ms must be >= 0 and --timeout > 0")
         if not 0 <= self.port < 65536:
@@ -65,8 +69,14 @@ class ApiError(Exception):
         self.status, self.message, self.headers = status, message, headers or {}
 
 
-def _languages(config) -> tuple[str | None, str | None]:
-    """The prepared data's languages (its manifest), if the checkpoint's data dir is here."""
+def _recorded_languages(checkpoint: Path, config) -> tuple[str | None, str | None]:
+    """The languages `checkpoint.json` records, else those of the prepared data's manifest
+    (when the checkpoint's data directory is where it was at training)."""
+    meta = read_meta(checkpoint).get("languages")
+    if isinstance(meta, dict):
+        found = meta.get("source"), meta.get("target")
+        if all(isinstance(code, str) for code in found):
+            return found
     manifest = Path(config.data.dir) / "manifest.json" if config.data.dir else None
     try:
         data = json.loads(manifest.read_text(encoding="utf-8")) if manifest else {}
@@ -75,14 +85,26 @@ def _languages(config) -> tuple[str | None, str | None]:
     return data.get("src_lang"), data.get("tgt_lang")
 
 
+def model_languages(config: ServeConfig, model_config) -> tuple[str | None, str | None]:
+    """(source, target) codes: recorded with the model, else `--src-lang` / `--tgt-lang`;
+    a flag that contradicts what the model records is an error, not silently ignored."""
+    recorded = _recorded_languages(Path(config.checkpoint), model_config)
+    languages = []
+    for flag, given, found in zip(("--src-lang", "--tgt-lang"), (config.src_lang, config.tgt_lang),
+                                  recorded):  # fmt: skip
+        if given is not None and found is not None and given != found:
+            raise ConfigError(f"{flag} {given}, but {config.checkpoint} was trained on {found}")
+        languages.append(found if found is not None else given)
+    return languages[0], languages[1]
+
+
 class Service:
     """One model behind a queue; `start` begins loading it in the worker thread."""
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
         self.model_config = read_config(Path(config.checkpoint))  # a bad path fails now
-        found = _languages(self.model_config)
-        self.languages = (config.src_lang or found[0], config.tgt_lang or found[1])
+        self.languages = model_languages(config, self.model_config)
         self.translator: Translator | None = None
         self.parameters: int | None = None  # counted by the worker (building a model is slow)
         self.batcher = Batcher(
@@ -149,6 +171,18 @@ class Service:
         except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
             raise ApiError(504, f"no translation within --timeout {self.config.timeout_s:g} s; "
                                 "send fewer or shorter sentences") from None  # fmt: skip
+
+    async def translate_file(self, text: str, html: bool) -> str:
+        """A file's text translated line by line, `max_sentences` lines a request, one
+        after another (so that a long file shares the queue with other requests)."""
+        if html:
+            raise ApiError(400, "HTML files are not supported yet")
+        lines = text.split("\n")
+        step, out = self.config.max_sentences, []
+        for start in range(0, len(lines), step):
+            results = await self.translate(lines[start : start + step], self.defaults(), False)
+            out += [r.nbest[0][0] for r in results]
+        return "\n".join(out)
 
     def info(self) -> dict:
         m, c = self.model_config.model, self.config

@@ -1,0 +1,176 @@
+"""The OpenAPI description of every route: each request body, its fields, each status.
+
+The routes read their bodies themselves (within `--max-body-bytes`, in JSON or, for
+LibreTranslate's routes, in forms), so FastAPI cannot infer what they take: each route
+declares it here, as JSON Schema, with the server's own limits (`--max-beam`, ...) as bounds.
+Every error, on every route, is `{"error": message}`. `/openapi.json` serves the result;
+`tests/test_serve_schema.py` fuzzes the running server against it with schemathesis.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiayn.serve.service import ServeConfig
+
+Schema = dict[str, Any]
+
+STRING: Schema = {"type": "string"}
+NUMBER: Schema = {"type": "number"}
+ERROR: Schema = {
+    "type": "object",
+    "properties": {"error": {"type": "string", "description": "what was wrong, in one line"}},
+    "required": ["error"],
+}
+RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
+
+# Why each error status is given, route by route.
+REASONS = {
+    400: "invalid request: a missing or bad field, a pair this model does not translate, or "
+         "a limit passed (LibreTranslate's status for all of them)",
+    403: "an api_key not in --api-keys (or none, with --req-limit 0)",
+    404: "no such file",
+    413: "too large: --max-body-bytes, --max-sentences or --max-sentence-tokens",
+    422: "not valid: invalid JSON, an unknown field, a value of the wrong type or range",
+    429: "more than the key's or the client's requests a minute (--req-limit)",
+    503: "not ready (the model is loading) or the queue is full (--max-queue)",
+    504: "not translated within --timeout",
+}  # fmt: skip
+
+
+def obj(properties: dict[str, Schema], required: tuple[str, ...] = (), **extra: Any) -> Schema:
+    return {"type": "object", "properties": properties, "required": list(required), **extra}
+
+
+def array(items: Schema, **extra: Any) -> Schema:
+    return {"type": "array", "items": items, **extra}
+
+
+def json_body(schema: Schema, *, form: bool = False, description: str = "") -> dict:
+    """An `openapi_extra` giving the request body: JSON, and url-encoded too if `form`."""
+    kinds = ["application/json"] + (["application/x-www-form-urlencoded"] if form else [])
+    content = {kind: {"schema": schema} for kind in kinds}
+    return {"requestBody": {"required": True, "description": description, "content": content}}
+
+
+def path_parameter(name: str) -> dict:
+    """An `openapi_extra` naming a string path parameter (read from `request.path_params`,
+    so that FastAPI adds no validation error of its own shape)."""
+    return {"parameters": [{"name": name, "in": "path", "required": True, "schema": STRING}]}
+
+
+def responses(ok: Schema | None, *errors: int, media: str = "application/json") -> dict:
+    """FastAPI's `responses`: 200 with `ok` (None: no schema), then each error status."""
+    out: dict[int, dict] = {200: {"description": "done", "content": {media: {"schema": ok or {}}}}}
+    for status in errors:
+        out[status] = {"description": REASONS[status],
+                       "content": {"application/json": {"schema": ERROR}}}  # fmt: skip
+        if status in (429, 503):
+            out[status]["headers"] = RETRY_AFTER
+    return out
+
+
+MAX_ALPHA = 10.0  # lp(y) = ((5 + |y|) / 6) ** alpha stays finite in float32 up to here
+API_KEY: Schema = {"type": ["string", "null"], "description": "a key of --api-keys (optional)"}
+HYPOTHESIS = obj({"text": STRING, "score": NUMBER}, ("text", "score"))
+ATTENTION = obj(
+    {"source": array(STRING), "target": array(STRING),
+     **{kind: {"type": "array", "description": f"{kind} attention [layer][head][query][key]"}
+        for kind in ("encoder", "decoder", "cross")}},
+    ("source", "target", "encoder", "decoder", "cross"),
+)  # fmt: skip
+V1_RESPONSE = obj(
+    {"translations": array(obj(
+        {"text": STRING,
+         "score": {**NUMBER, "description": "log P(y|x) / lp(y) (sec. 6.1's length penalty)"},
+         "nbest": array(HYPOTHESIS, description="the n best, best first"),
+         "attention": ATTENTION},
+        ("text", "score", "nbest"),
+    ), description="one per text, in order")},
+    ("translations",),
+)  # fmt: skip
+
+
+def v1_request(c: ServeConfig) -> Schema:
+    return obj(
+        {"text": {"anyOf": [STRING, array(STRING, maxItems=c.max_sentences)],
+                  "description": "a sentence, or a list of them"},
+         "beam": {"type": "integer", "minimum": 1, "maximum": c.max_beam,
+                  "description": "beam size (default: the checkpoint's)"},
+         "alpha": {**NUMBER, "minimum": 0, "maximum": MAX_ALPHA,
+                   "description": "length penalty (default: the checkpoint's)"},
+         "nbest": {"type": "integer", "minimum": 1, "maximum": c.max_beam,
+                   "description": "hypotheses to return, at most the beam (1)"},
+         "attention": {"type": "boolean", "description": "return attention maps (false)"},
+         "api_key": API_KEY},
+        ("text",), additionalProperties=False,
+    )  # fmt: skip
+
+
+def language_fields(codes: tuple[str | None, str | None]) -> dict[str, Schema]:
+    """`source` and `target`: the model's own codes (any string where it records none)."""
+    known = None not in codes
+    return {
+        "source": {**STRING, **({"enum": [codes[0], "auto"]} if known else {}),
+                   "description": 'source language code, or "auto"'},
+        "target": {**STRING, **({"enum": [codes[1]]} if known else {}),
+                   "description": "target language code"},
+    }  # fmt: skip
+
+
+def libre_translate_request(c: ServeConfig, codes: tuple[str | None, str | None]) -> Schema:
+    return obj(
+        {"q": {"anyOf": [{**STRING, "minLength": 1},
+                         array(STRING, minItems=1, maxItems=c.max_sentences)],
+               "description": "text(s) to translate"},
+         **language_fields(codes),
+         "format": {**STRING, "enum": ["text", "html"], "default": "text"},
+         "alternatives": {"type": "integer", "minimum": 0, "maximum": c.max_beam - 1,
+                          "default": 0, "description": "alternative translations to return"},
+         "api_key": API_KEY},
+        ("q", "source", "target"),
+    )  # fmt: skip
+
+
+DETECTIONS = array(obj(
+    {"confidence": {**NUMBER, "minimum": 0, "maximum": 100}, "language": STRING},
+    ("confidence", "language"),
+))  # fmt: skip
+LANGUAGES = array(obj({"code": STRING, "name": STRING, "targets": array(STRING)},
+                      ("code", "name", "targets")))  # fmt: skip
+DETECTED = obj({"confidence": NUMBER, "language": STRING}, ("confidence", "language"))
+LIBRE_TRANSLATION = obj(
+    {"translatedText": {"anyOf": [STRING, array(STRING)]},
+     "detectedLanguage": {"anyOf": [DETECTED, array(DETECTED)],
+                          "description": 'with source "auto"'},
+     "alternatives": {"anyOf": [array(STRING), array(array(STRING))],
+                      "description": "with alternatives > 0"}},
+    ("translatedText",),
+)  # fmt: skip
+DETECT_REQUEST = obj({"q": {**STRING, "minLength": 1}, "api_key": API_KEY}, ("q",))
+
+
+def file_request(codes: tuple[str | None, str | None]) -> dict:
+    file = {**STRING, "format": "binary", "description": "a .txt or .html file (by its name, "
+            "else its type)"}  # fmt: skip
+    body = obj({"file": file, **language_fields(codes), "api_key": API_KEY},
+               ("file", "source", "target"))  # fmt: skip
+    kinds = {"schema": body, "encoding": {"file": {"contentType": "text/plain, text/html"}}}
+    return {"requestBody": {"required": True, "content": {"multipart/form-data": kinds}}}
+
+
+PAIR = obj({"code": STRING, "name": STRING}, ("code", "name"))
+FRONTEND_SETTINGS = obj(
+    {"charLimit": {"type": "integer"}, "frontendTimeout": {"type": "integer"},
+     "apiKeys": {"type": "boolean"}, "keyRequired": {"type": "boolean"},
+     "suggestions": {"type": "boolean"}, "filesTranslation": {"type": "boolean"},
+     "supportedFilesFormat": array(STRING),
+     "language": obj({"source": PAIR, "target": PAIR}, ("source", "target"))},
+    ("charLimit", "apiKeys", "keyRequired", "suggestions", "supportedFilesFormat", "language"),
+)  # fmt: skip
+INFO = obj(
+    {name: {"type": "object"} for name in
+     ("model", "languages", "decode", "limits", "batching", "stats")}
+    | {"ready": {"type": "boolean"}},
+    ("model", "languages", "decode", "limits", "batching", "ready", "stats"),
+)  # fmt: skip

@@ -1,0 +1,123 @@
+"""`aiayn translate --split sentences` and `--alignment`: lines in, lines out.
+
+With `split="sentences"` each input line is cut into sentences (`text.sentences`), all
+sentences of a chunk of lines are translated as one batch, and each line is put back
+together with the spacing it had; a line is a paragraph, and lines map one to one, as
+without the option (a sentence broken across two lines is translated as two pieces: join
+such lines first). The default, `split="lines"`, translates each line as one segment, so
+that test sets score as they are.
+
+`alignment=True` appends ` ||| ` and the line's word alignment, Moses / fast_align's
+"i-j" pairs (`aiayn.alignment`), to each output line, as Marian's `--alignment` and
+OpenNMT-py's `report_align` print them; the words are the input and output lines split
+at whitespace, over all sentences of a line. With n-best lists the alignment is a fourth
+field: `index ||| translation ||| score ||| alignment`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TextIO
+
+from aiayn.alignment import format_alignment, word_alignments
+from aiayn.decode.strategy import Hypothesis
+from aiayn.errors import ConfigError
+from aiayn.text.sentences import split_document
+from aiayn.translate import Translator, one_line, translate_stream
+
+SPLITS = ("lines", "sentences")
+
+
+def translate_lines(
+    translator: Translator, lines: Iterable[str], out: TextIO, chunk_lines: int = 256, *,
+    split: str = "lines", alignment: bool = False, nbest: bool = False, lang: str = "en",
+) -> int:  # fmt: skip
+    """Translate `lines` to `out` chunk by chunk (flushed each); -> lines read. `lang`: the
+    input's language, for the sentence rules."""
+    if split not in SPLITS:
+        raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if split == "sentences" and nbest:
+        raise ConfigError("--nbest lists translations of one segment: use it with --split lines")
+    if split == "lines" and not alignment:
+        return translate_stream(translator, lines, out, chunk_lines, nbest=nbest)
+    count = 0
+    for chunk in _chunks(lines, chunk_lines):
+        if split == "sentences":
+            rows = _sentences_chunk(translator, chunk, lang, alignment)
+        else:
+            rows = _lines_chunk(translator, chunk, count, nbest)
+        out.writelines(row + "\n" for row in rows)
+        out.flush()
+        count += len(chunk)
+    return count
+
+
+def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
+    """Lines without their line ends (and without a leading byte-order mark), `size` at a
+    time, as `translate_stream` reads them."""
+    chunk: list[str] = []
+    for i, line in enumerate(lines):
+        line = line.rstrip("\r\n")
+        chunk.append(line.removeprefix("\ufeff") if i == 0 else line)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _source_ids(translator: Translator, text: str) -> list[int]:
+    """The source as the Translator reads it: its pieces, cut to the model's positions, eos."""
+    limit = translator.model.config.max_len - 1
+    return [*translator.src_vocab.encode(text)[:limit], translator.src_vocab.eos_id]
+
+
+def aligned_translations(
+    translator: Translator, texts: list[str], hyps: list[list[Hypothesis]]
+) -> list[list[tuple[str, list[tuple[int, int]]]]]:
+    """Each text's hypotheses as (translation, word alignment) pairs."""
+    pairs = [(_source_ids(translator, t), h.tokens) for t, hs in zip(texts, hyps) for h in hs]
+    model, src_vocab, tgt_vocab = translator.model, translator.src_vocab, translator.tgt_vocab
+    links = iter(word_alignments(model, src_vocab, tgt_vocab, pairs))
+    return [[(tgt_vocab.decode(h.tokens), next(links)) for h in hs] for hs in hyps]
+
+
+def _lines_chunk(translator: Translator, chunk: list[str], first: int, nbest: bool) -> list[str]:
+    hyps = translator.hypotheses(chunk)
+    hyps = hyps if nbest else [h[:1] for h in hyps]
+    rows = []
+    for i, (found, line_hyps) in enumerate(zip(aligned_translations(translator, chunk, hyps), hyps)):
+        if not nbest:
+            text, links = found[0] if found else ("", [])
+            rows.append(f"{one_line(text)} ||| {format_alignment(links)}")
+            continue
+        k = translator.decode.nbest
+        scored = [(t, h.score, a) for (t, a), h in zip(found, line_hyps)] or [("", 0.0, [])]
+        for text, score, links in (scored + scored[-1:] * k)[:k]:
+            rows.append(f"{first + i} ||| {one_line(text)} ||| {score:.4f} ||| {format_alignment(links)}")
+    return rows
+
+
+def _sentences_chunk(
+    translator: Translator, chunk: list[str], lang: str, alignment: bool
+) -> list[str]:
+    docs = [split_document(line, lang) for line in chunk]
+    sentences = [s for doc in docs for s in doc.sentences]
+    hyps = translator.hypotheses(sentences)
+    if alignment:
+        found = aligned_translations(translator, sentences, [h[:1] for h in hyps])
+    else:
+        found = [[(translator.tgt_vocab.decode(h[0].tokens), [])] if h else [] for h in hyps]
+    best = iter(f[0] if f else ("", []) for f in found)
+    rows = []
+    for doc in docs:
+        texts, links, n_src, n_tgt = [], [], 0, 0
+        for sentence in doc.sentences:
+            text, pairs = next(best)
+            text = one_line(text)
+            links += [(i + n_src, j + n_tgt) for i, j in pairs]
+            texts.append(text)
+            n_src, n_tgt = n_src + len(sentence.split()), n_tgt + len(text.split())
+        line = doc.join(texts)
+        rows.append(f"{line} ||| {format_alignment(links)}" if alignment else line)
+    return rows
