@@ -188,6 +188,22 @@ def read_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
+def recorded_languages(path: Path, config: Config) -> tuple[str | None, str | None]:
+    """(source, target) codes: those checkpoint.json records, else those of the prepared
+    data's manifest (where the checkpoint's data directory still is); None where neither says."""
+    meta = read_meta(path).get("languages")
+    if isinstance(meta, dict):
+        found = meta.get("source"), meta.get("target")
+        if all(isinstance(code, str) for code in found):
+            return found
+    manifest = Path(config.data.dir) / MANIFEST if config.data.dir else None
+    try:
+        data = json.loads(manifest.read_text(encoding="utf-8")) if manifest else {}
+    except (OSError, ValueError):
+        data = {}
+    return data.get("src_lang"), data.get("tgt_lang")
+
+
 def read_config(path: Path) -> Config:
     """The checkpoint's config. A checkpoint config lists every key; one without
     `model.attention_bias` was saved before that key existed, when attention had biases."""

@@ -1,7 +1,7 @@
 """A trained model taken elsewhere: a checkpoint exported to CTranslate2 (`ctranslate2.py`),
 to a HuggingFace `MarianMTModel` directory (`huggingface.py`), each through that library's
 own API, or to an Argos Translate package for LibreTranslate (`argos.py`, through the
-CTranslate2 export). Both read the checkpoint's weights as saved, so an export is the same
+CTranslate2 export). Each reads the checkpoint's weights as saved, so an export is the same
 whether or not the fast path (`aiayn.fast`) is used for aiayn's own decoding.
 
     export_checkpoint("runs/mine/avg5", "ctranslate2", "deploy/ct2", quantization="int8")

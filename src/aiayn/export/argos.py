@@ -32,7 +32,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from aiayn.checkpoint import Checkpoint, _umask, load_checkpoint
+from aiayn.checkpoint import Checkpoint, _umask, load_checkpoint, recorded_languages
 from aiayn.errors import ExportError
 from aiayn.export.common import check_output, refuse_unrepresentable, write_marker
 from aiayn.export.ctranslate2 import AiaynConverter, check_quantization
@@ -70,20 +70,6 @@ def unrepresentable(ckpt: Checkpoint) -> list[str]:
     return problems
 
 
-def recorded_languages(ckpt: Checkpoint) -> tuple[str | None, str | None]:
-    """(source, target) codes: those checkpoint.json records, else those of the prepared
-    data's manifest.json (where the checkpoint's data directory still is)."""
-    recorded = ckpt.meta.get("languages")
-    if isinstance(recorded, dict) and recorded.get("source") and recorded.get("target"):
-        return recorded["source"], recorded["target"]
-    manifest = Path(ckpt.config.data.dir) / "manifest.json" if ckpt.config.data.dir else None
-    try:
-        data = json.loads(manifest.read_text("utf-8")) if manifest else {}
-    except (OSError, ValueError):
-        data = {}
-    return data.get("src_lang"), data.get("tgt_lang")
-
-
 def metadata(src: str, tgt: str) -> dict:
     """metadata.json: the fields `argostranslate.package.Package` reads. Names are the codes
     (the checkpoint records codes only)."""
@@ -114,7 +100,7 @@ def export_argos(
     check_quantization(quantization)
     ckpt = load_checkpoint(checkpoint)
     refuse_unrepresentable(TARGET, unrepresentable(ckpt))
-    src, tgt = languages or recorded_languages(ckpt)
+    src, tgt = languages or recorded_languages(Path(checkpoint), ckpt.config)
     if not src or not tgt:
         raise ExportError(f"cannot export to {TARGET}: {checkpoint} records no languages "
                           "(neither its checkpoint.json nor its prepared data's manifest), "

@@ -8,13 +8,12 @@ worker thread (`batcher.Batcher`) and waits for it, at most `timeout_s`. Each re
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from aiayn.checkpoint import read_config, read_meta
+from aiayn.checkpoint import read_config, recorded_languages
 from aiayn.errors import ConfigError
 from aiayn.fast.linear import warm_up
 from aiayn.model.transformer import parameter_count
@@ -69,26 +68,10 @@ class ApiError(Exception):
         self.status, self.message, self.headers = status, message, headers or {}
 
 
-def _recorded_languages(checkpoint: Path, config) -> tuple[str | None, str | None]:
-    """The languages `checkpoint.json` records, else those of the prepared data's manifest
-    (when the checkpoint's data directory is where it was at training)."""
-    meta = read_meta(checkpoint).get("languages")
-    if isinstance(meta, dict):
-        found = meta.get("source"), meta.get("target")
-        if all(isinstance(code, str) for code in found):
-            return found
-    manifest = Path(config.data.dir) / "manifest.json" if config.data.dir else None
-    try:
-        data = json.loads(manifest.read_text(encoding="utf-8")) if manifest else {}
-    except (OSError, ValueError):
-        data = {}
-    return data.get("src_lang"), data.get("tgt_lang")
-
-
 def model_languages(config: ServeConfig, model_config) -> tuple[str | None, str | None]:
     """(source, target) codes: recorded with the model, else `--src-lang` / `--tgt-lang`;
     a flag that contradicts what the model records is an error, not silently ignored."""
-    recorded = _recorded_languages(Path(config.checkpoint), model_config)
+    recorded = recorded_languages(Path(config.checkpoint), model_config)
     languages = []
     for flag, given, found in zip(("--src-lang", "--tgt-lang"), (config.src_lang, config.tgt_lang),
                                   recorded):  # fmt: skip
