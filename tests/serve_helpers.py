@@ -1,4 +1,5 @@
-"""A real `aiayn serve` app on loopback for the service's tests, and a small HTTP client."""
+"""A real `aiayn serve` app on loopback for the service's tests, a small HTTP client, and
+the texts both APIs' tests send: paragraphs of sentences, an HTML page."""
 
 from __future__ import annotations
 
@@ -10,8 +11,49 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from html.parser import HTMLParser
+
+import torch
 
 from aiayn.serve.service import ServeConfig, Service
+from aiayn.translate import Translator
+
+PARAGRAPHS = [["The cat sat on a mat.", "Der Hund sitzt!", "Die Katze sitzt?"],
+              ["A cat sat.", "The mat sat on a cat.", "Einer Hund sitzt."],
+              ["The Hund.", "Die Matte sitzt.", "A mat."]]  # fmt: skip
+DOCUMENT = "\n\n".join(" ".join(paragraph) for paragraph in PARAGRAPHS)
+PAGE = "<p>The <b>cat</b> sat. A <i>dog <u>sleeps</u></i>.</p>\n<ul><li>Der Hund</li></ul>"
+
+
+def tag_tree(page: str) -> list[tuple[str, str]]:
+    """The page's tags in order, ("start" | "end", name): equal lists, equal trees."""
+    found: list[tuple[str, str]] = []
+    parser = HTMLParser()
+    parser.handle_starttag = lambda tag, attrs: found.append(("start", tag))
+    parser.handle_endtag = lambda tag: found.append(("end", tag))
+    parser.feed(page)
+    return found
+
+
+def text_words(page: str) -> list[str]:
+    """The words of the page's text, its tags removed."""
+    texts: list[str] = []
+    parser = HTMLParser()
+    parser.handle_data = texts.append
+    parser.feed(page)
+    return "".join(texts).split()
+
+
+def alone(checkpoint, sentences: list[str], **decode) -> dict[str, str]:
+    """Each sentence translated by itself, with the checkpoint's decoding but `decode`;
+    on one torch thread (a module's fixture runs before the `one_thread` fixture)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        translator = Translator.from_checkpoint(checkpoint, **decode)
+        return {s: translator.translate([s])[0] for s in sentences}
+    finally:
+        torch.set_num_threads(threads)
 
 
 @dataclass

@@ -16,10 +16,12 @@ import pytest
 import torch
 
 from aiayn.cli import main
+from aiayn.decode.strategy import length_penalty
 from aiayn.errors import ConfigError
 from aiayn.serve.service import ServeConfig, Service
 from aiayn.translate import Translator
-from serve_helpers import request, running, serving, wait_ready
+from serve_helpers import (DOCUMENT, PAGE, PARAGRAPHS, alone, request, running, serving, tag_tree,
+                           text_words, wait_ready)
 from tiny_checkpoint import WORDS, save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
 
@@ -35,22 +37,25 @@ def ckpt(tmp_path_factory):
 @pytest.fixture(scope="module")
 def lone(ckpt):
     """What the model gives each sentence translated alone, at beam 2."""
-    translator = Translator.from_checkpoint(ckpt, beam=2)
-    return {s: translator.translate([s])[0] for s in SENTENCES}
+    return alone(ckpt, SENTENCES + sum(PARAGRAPHS, []), beam=2)
 
 @pytest.fixture(scope="module")
 def server(ckpt):
-    config = ServeConfig(str(ckpt), max_sentences=4, max_sentence_tokens=24, max_queue=6,
+    config = ServeConfig(str(ckpt), max_sentences=10, max_sentence_tokens=24, max_queue=20,
                          max_body_bytes=250_000, max_beam=5)  # fmt: skip
     with running(config) as (url, service):
         yield url
 
-def test_translations_come_back_in_order_and_empty_strings_stay_empty(server, lone):
+def test_translations_come_back_in_order_and_blank_texts_stay_blank(server, lone):
+    """Blank texts are not sent to the model: as sentences they keep their whitespace, and
+    unsplit they give "", as a Translator does."""
     texts = [SENTENCES[3], "", SENTENCES[0], "  "]
-    reply = request(f"{server}/v1/translate", {"text": texts, "beam": 2})
-    assert reply.status == 200
-    got = [t["text"] for t in reply.body["translations"]]
-    assert got == [lone[SENTENCES[3]], "", lone[SENTENCES[0]], ""]
+    for split, blank in [(True, "  "), (False, "")]:
+        reply = request(f"{server}/v1/translate", {"text": texts, "beam": 2, "split": split})
+        assert reply.status == 200
+        got = [t["text"] for t in reply.body["translations"]]
+        assert got == [lone[SENTENCES[3]], "", lone[SENTENCES[0]], blank]
+        assert [len(t["sentences"]) for t in reply.body["translations"]] == [1, 0, 1, 0]
     one = request(f"{server}/v1/translate", {"text": SENTENCES[5], "beam": 2, "nbest": 2}).body
     (only,) = one["translations"]
     assert only["text"] == lone[SENTENCES[5]] and len(only["nbest"]) == 2
@@ -58,7 +63,9 @@ def test_translations_come_back_in_order_and_empty_strings_stay_empty(server, lo
     assert only["nbest"][0]["score"] >= only["nbest"][1]["score"]
 
 CASES = [
-    ({"text": SENTENCES[:5]}, 413, "--max-sentences 4"),
+    ({"text": SENTENCES[:11]}, 413, "too many sentences: 11 texts, a sentence each at least"),
+    ({"text": "The cat sat. " * 11}, 413, "too many sentences: 11; the limit is --max-sentences"),
+    ({"text": "the cat " * 12, "split": False}, 413, "--max-sentence-tokens 24"),
     ({"text": ["the cat " * 30]}, 413, "--max-sentence-tokens 24"),
     ({"text": "x" * 300_000}, 413, "--max-body-bytes 250000"),
     (b'{"text": "the cat"', 422, "invalid JSON"),
@@ -177,7 +184,7 @@ def test_attention_in_the_api(server):
 def test_info_and_the_page(server):
     info = request(f"{server}/info").body
     assert info["languages"] == {"source": "en", "target": "de"}
-    assert info["limits"]["max_sentences"] == 4 and info["model"]["d_model"] == 16
+    assert info["limits"]["max_sentences"] == 10 and info["model"]["d_model"] == 16
     with urllib.request.urlopen(f"{server}/") as reply:
         html = reply.read().decode()
     assert "AttentionView.mount" in html and "{{" not in html
@@ -305,3 +312,57 @@ def test_every_error_has_one_shape_404_405_and_500_too(server, monkeypatch):
     broken = request(f"{server}/info")
     assert broken.status == 500
     assert broken.body == {"error": "internal error: ZeroDivisionError: division by zero"}
+
+def test_three_paragraphs_of_nine_sentences_come_back_as_such(server, lone):
+    """Each sentence translated as it is alone; the paragraphs and spacing kept."""
+    reply = request(f"{server}/v1/translate", {"text": DOCUMENT, "beam": 2})
+    (text,) = reply.body["translations"]
+    assert [s["source"] for s in text["sentences"]] == sum(PARAGRAPHS, [])
+    assert [s["text"] for s in text["sentences"]] == [lone[s] for s in sum(PARAGRAPHS, [])]
+    assert text["text"] == "\n\n".join(" ".join(lone[s] for s in p) for p in PARAGRAPHS)
+    assert text["score"] == pytest.approx(sum(s["score"] for s in text["sentences"]))
+    assert "attention" not in text  # a text's attention is its sentences'
+
+def test_the_length_limits_are_each_sentences(server, ckpt):
+    """Three sentences of under --max-sentence-tokens 24 each, of more together."""
+    text = "The cat sat on a mat. Der Hund sitzt! A cat sat."
+    assert len(Translator.from_checkpoint(ckpt).src_vocab.encode(text)) > 24
+    assert request(f"{server}/v1/translate", {"text": text}).status == 200
+    whole = request(f"{server}/v1/translate", {"text": text, "split": False})
+    assert whole.status == 413 and "--max-sentence-tokens 24" in whole.body["error"]
+
+def test_alignments_and_per_token_log_probabilities_on_request(server):
+    body = {"text": " ".join(PARAGRAPHS[0]), "beam": 3, "nbest": 2, "alpha": 0.6}
+    plain = request(f"{server}/v1/translate", body).body["translations"][0]
+    assert "alignment" not in plain and "tokens" not in plain["sentences"][0]["nbest"][0]
+    reply = request(f"{server}/v1/translate", {**body, "alignment": True, "log_probs": True})
+    (text,) = reply.body["translations"]
+    shifted, n_src, n_tgt = [], 0, 0
+    for sentence in text["sentences"]:
+        words, translated = len(sentence["source"].split()), len(sentence["text"].split())
+        links = sentence["alignment"]
+        assert sorted(j for _, j in links) == list(range(translated))  # one link a word
+        assert all(0 <= i < words for i, _ in links)
+        shifted += [[i + n_src, j + n_tgt] for i, j in links]
+        n_src, n_tgt = n_src + words, n_tgt + translated
+        for hypothesis in sentence["nbest"]:
+            tokens, log_probs = hypothesis["tokens"], hypothesis["log_probs"]
+            assert tokens[-1] == "</s>" and len(tokens) == len(log_probs)
+            assert all(p <= 0 for p in log_probs)
+            normalized = sum(log_probs) / length_penalty(len(log_probs), 0.6)
+            assert normalized == pytest.approx(hypothesis["score"], abs=1e-3)  # the search's
+    assert text["alignment"] == shifted  # over the whole text's words
+    one = request(f"{server}/v1/translate", {**body, "text": PARAGRAPHS[0][0], "log_probs": True})
+    top = one.body["translations"][0]
+    assert top["nbest"][1]["log_probs"] == top["sentences"][0]["nbest"][1]["log_probs"]
+
+def test_html_keeps_its_tag_tree_and_translates_every_text_node(server, ckpt):
+    reply = request(f"{server}/v1/translate", {"text": PAGE, "format": "html", "beam": 2})
+    (page,) = reply.body["translations"]
+    assert tag_tree(page["text"]) == tag_tree(PAGE)
+    sources = [s["source"] for s in page["sentences"]]
+    assert sources == ["The cat sat.", "A dog sleeps.", "Der Hund"]
+    translator = Translator.from_checkpoint(ckpt, beam=2)
+    translated = translator.translate(sources)
+    assert [s["text"] for s in page["sentences"]] == translated
+    assert text_words(page["text"]) == " ".join(translated).split()  # no source word left

@@ -21,7 +21,8 @@ from aiayn.errors import ConfigError
 from aiayn.serve.keys import Access, read_api_keys
 from aiayn.serve.service import ApiError, ServeConfig, model_languages
 from aiayn.translate import Translator
-from serve_helpers import request, running
+from serve_helpers import (DOCUMENT, PAGE, PARAGRAPHS, alone, request, running, tag_tree,
+                           text_words)
 from tiny_checkpoint import WORDS, save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
 
@@ -38,15 +39,14 @@ def ckpt(tmp_path_factory):
 @pytest.fixture(scope="module")
 def lone(ckpt):
     """Each sentence translated alone with the checkpoint's decoding: LibreTranslate's."""
-    translator = Translator.from_checkpoint(ckpt)
-    return {s: translator.translate([s])[0] for s in SENTENCES}
+    return alone(ckpt, SENTENCES + sum(PARAGRAPHS, []))
 
 
 @pytest.fixture(scope="module")
 def url(ckpt, tmp_path_factory):
     keys = tmp_path_factory.mktemp("keys") / "keys.txt"
     keys.write_text(KEYS, encoding="utf-8")
-    config = ServeConfig(str(ckpt), api_keys=str(keys), max_beam=4, max_sentences=8, threads=1)
+    config = ServeConfig(str(ckpt), api_keys=str(keys), max_beam=4, max_sentences=9, threads=1)
     with running(config) as (url, _):
         yield url
 
@@ -151,7 +151,8 @@ def test_json_and_form_bodies_are_the_same_request(url, lone):
      ({"q": {}, "source": "en", "target": "de"}, "q must be a string or a list of strings"),
      ({"q": "a", "source": "en", "target": "de", "format": "pdf"}, "'pdf' format"),
      ({"q": "a", "source": "en", "target": "de", "alternatives": -1}, "must be >= 0"),
-     ({"q": ["a"] * 9, "source": "en", "target": "de"}, "--max-sentences 8"),
+     ({"q": ["a"] * 10, "source": "en", "target": "de"}, "--max-sentences 9"),
+     ({"q": "A cat. " * 10, "source": "en", "target": "de"}, "too many sentences: 10"),
      ({"q": "a", "source": "en", "target": "de", "api_key": 7}, '"api_key" must be a string')],
 )  # fmt: skip
 def test_bad_requests_are_400_in_libretranslates_shape(url, body, message):
@@ -235,3 +236,24 @@ def test_keys_file_and_the_moving_window(tmp_path):
         keyed_only.check(None, "10.0.0.1")
     open_door = Access(None, default_limit=None)
     open_door.check("anything", "10.0.0.1")  # without --api-keys a key means nothing
+
+
+def test_paragraphs_and_html_through_the_clients(url, lone, ckpt):
+    """Three paragraphs of nine sentences come back as such, each sentence as it is
+    translated alone; an HTML page keeps its tag tree, its text translated."""
+    expected = "\n\n".join(" ".join(lone[s] for s in p) for p in PARAGRAPHS)
+    assert LibreTranslateAPI(url).translate(DOCUMENT, "en", "de") == expected
+    with lta.LibreTranslate(url) as client:
+        assert client.translate(DOCUMENT, "en", "de").translated_text == expected
+        page = client.translate(PAGE, "en", "de", format="html", alternatives=1)
+        assert page.alternatives == []  # none for HTML, as LibreTranslate
+        upload = io.BytesIO(PAGE.encode())
+        upload.name = "page.html"
+        link = client.translate_file(upload, "en", "de").translated_file_url
+    assert tag_tree(page.translated_text) == tag_tree(PAGE)
+    translated = Translator.from_checkpoint(ckpt).translate(["The cat sat.", "A dog sleeps.",
+                                                              "Der Hund"])  # fmt: skip
+    assert text_words(page.translated_text) == " ".join(translated).split()
+    with urllib.request.urlopen(link) as got:
+        assert got.headers["content-type"] == "text/html; charset=utf-8"
+        assert got.read().decode() == page.translated_text

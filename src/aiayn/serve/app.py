@@ -1,7 +1,6 @@
 """The HTTP layer of `aiayn serve` (FastAPI on uvicorn): routes, request checks, errors.
 
-    POST /v1/translate  {"text": str | [str], "beam", "alpha", "nbest", "attention": bool,
-                        "api_key"} -> {"translations": [{"text", "score", "nbest", "attention"?}]}
+    POST /v1/translate  texts in, translations out (`v1.py`)
     GET  /health        alive;  GET /ready: 503 until the model has loaded and translated once
     GET  /info          model, languages, decoding defaults, limits, counts
     GET  /              the web page (`web/serve.html`), nothing loaded from elsewhere
@@ -15,73 +14,20 @@ LibreTranslate's routes 413 and 422 are 400, as there. None stops the server.
 
 from __future__ import annotations
 
-import json
 import socket
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.exceptions import HTTPException
 
 from aiayn.errors import CheckpointError, ConfigError
-from aiayn.serve import schema
-from aiayn.serve.schema import MAX_ALPHA
+from aiayn.serve import schema, v1
 from aiayn.serve.body import read_json, unless_gone
 from aiayn.serve.keys import Access, read_api_keys
 from aiayn.serve.libre import is_libre_path, libre_router
-from aiayn.serve.runner import Options, Result
 from aiayn.serve.service import ApiError, ServeConfig, Service
 from aiayn.web import page
-
-V1_FIELDS = {"text", "beam", "alpha", "nbest", "attention", "api_key"}
-
-
-def _texts(data: dict, name: str) -> list[str]:
-    value = data.get(name)
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list) and all(isinstance(x, str) for x in value):
-        return value
-    raise ApiError(422, f'"{name}" must be a string or a list of strings')
-
-
-def _int(data: dict, name: str, default: int, low: int, high: int, limit: str) -> int:
-    value = data.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ApiError(422, f'"{name}" must be an integer, got {json.dumps(value)}')
-    if not low <= value <= high:
-        raise ApiError(422, f'"{name}" must be in {low}..{high} ({limit}), got {value}')
-    return value
-
-
-def parse_v1(data: Any, service: Service) -> tuple[list[str], Options, bool]:
-    """The texts, decoding options and attention flag of a /v1/translate body; 422 if bad."""
-    if not isinstance(data, dict):
-        raise ApiError(422, "the body must be a JSON object")
-    unknown = sorted(set(data) - V1_FIELDS)
-    if unknown:
-        raise ApiError(422, f"unknown field(s) {', '.join(unknown)}; known: {sorted(V1_FIELDS)}")
-    defaults = service.defaults()
-    beam = _int(data, "beam", defaults.beam, 1, service.config.max_beam, "--max-beam")
-    nbest = _int(data, "nbest", 1, 1, beam, "at most the beam")
-    alpha = data.get("alpha", defaults.alpha)
-    number = isinstance(alpha, (int, float)) and not isinstance(alpha, bool)
-    if not number or not 0 <= alpha <= MAX_ALPHA:
-        raise ApiError(422, f'"alpha" must be a number in 0..{MAX_ALPHA:g}, got {json.dumps(alpha)}')
-    attention = data.get("attention", False)
-    if not isinstance(attention, bool):
-        raise ApiError(422, f'"attention" must be true or false, got {json.dumps(attention)}')
-    return _texts(data, "text"), Options(beam, float(alpha), nbest), attention
-
-
-def _v1_result(result: Result) -> dict:
-    text, score = result.nbest[0]
-    nbest = [{"text": t, "score": s} for t, s in result.nbest]
-    out = {"text": text, "score": score, "nbest": nbest}
-    if result.attention is not None:
-        out["attention"] = result.attention
-    return out
 
 
 def _error(request: Request, status: int, message: str, headers: dict | None = None
@@ -132,12 +78,15 @@ def create_app(service: Service) -> FastAPI:
         responses=schema.responses(schema.V1_RESPONSE, 403, 413, 422, 429, 503, 504),
     )  # fmt: skip
     async def translate_v1(request: Request) -> dict:
-        """Translate sentences: the n best of each, with scores and, when asked, attention."""
+        """Translate texts: the n best of each, with scores and, when asked, attention,
+        word alignments and per-token log-probabilities."""
         data = await read_json(request, config.max_body_bytes)
-        texts, options, attention = parse_v1(data, service)
+        asked = v1.parse_v1(data, service)
         access.check(data.get("api_key"), request.client.host if request.client else "")
-        results = await unless_gone(request, service.translate(texts, options, attention))
-        return {"translations": [_v1_result(r) for r in results]}
+        work = service.translate_texts(asked.texts, asked.options, asked.wants,
+                                       split=asked.split, html=asked.html)  # fmt: skip
+        results = await unless_gone(request, work)
+        return {"translations": [v1.answer(r, asked.wants) for r in results]}
 
     @app.get("/health", response_model=None,
              responses=schema.responses(schema.obj({"status": {"const": "ok"}}, ("status",))))

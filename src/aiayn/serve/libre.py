@@ -168,19 +168,18 @@ def libre_router(service: Service, access: Access) -> APIRouter:
         text_format = fields.get("format", "text")
         if text_format not in ("text", "html"):
             raise ApiError(400, f"{text_format!r} format is not supported (text, html)")
-        if text_format == "html":
-            raise ApiError(400, "html format is not supported yet")
         alternatives = _alternatives(fields, config.max_beam - 1)
         _check_pair(source, target, codes)
-        work = service.translate(texts, _options(service, alternatives), False)
+        html = text_format == "html"
+        work = service.translate_texts(texts, _options(service, alternatives), html=html)
         results = await unless_gone(request, work)
-        best = [r.nbest[0][0] for r in results]
+        best = [r.text for r in results]
         out: dict[str, Any] = {"translatedText": best[0] if isinstance(q, str) else best}
         if source == "auto":
             detected = {"confidence": 0.0, "language": codes[0] or "auto"}
             out["detectedLanguage"] = detected if isinstance(q, str) else [detected] * len(q)
-        if alternatives:
-            others = [_unique([t for t, _ in r.nbest[1:]], b) for r, b in zip(results, best)]
+        if alternatives:  # none for HTML, as LibreTranslate
+            others = [[] if html else _unique([t for t, _ in r.nbest[1:]], r.text) for r in results]
             out["alternatives"] = others[0] if isinstance(q, str) else others
         return out
 

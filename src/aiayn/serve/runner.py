@@ -1,8 +1,11 @@
 """What the service's worker thread runs: a `Translator` on one batch of sentences.
 
 All sentences of a batch share their decoding options (`Options`, the batcher groups by
-them); those that asked for it also get their attention maps (`attention_view.explain`, one
-teacher-forced pass on the translation found), which plain translation never computes.
+them). Each sentence also says what else it wants (`Wants`), which plain translation
+never computes: its attention maps (`attention_view.explain`), the word alignment of its
+translation (`alignment.word_alignments`, from the encoder-decoder attention) and the
+log-probability of each token of each hypothesis (`scores.token_log_probs`); each is one
+teacher-forced pass over the hypotheses found, batched over the sentences that asked.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from aiayn.alignment import word_alignments
 from aiayn.attention_view import explain, to_json
+from aiayn.decode.strategy import Hypothesis
+from aiayn.scores import token_log_probs
 from aiayn.translate import Translator
 
 
@@ -24,12 +30,24 @@ class Options:
     nbest: int
 
 
+@dataclass(frozen=True)
+class Wants:
+    """What a sentence asks for beyond its translations."""
+
+    attention: bool = False  # every layer's and head's weights, for the page
+    alignment: bool = False  # its best translation's word links (HTML needs them)
+    log_probs: bool = False  # each hypothesis's per-token log-probabilities
+
+
 @dataclass
 class Result:
-    """One sentence's translations, best first: [(text, score)], and its attention."""
+    """One sentence's translations, best first: [(text, score)], and what it wanted."""
 
     nbest: list[tuple[str, float]]
     attention: dict | None = None
+    alignment: list[tuple[int, int]] | None = None  # (source word, target word), 0-based
+    tokens: list[list[str]] | None = None  # each hypothesis's pieces, "</s>" last
+    log_probs: list[list[float]] | None = None  # log p of each of those pieces
 
 
 class TranslatorRunner:
@@ -39,17 +57,46 @@ class TranslatorRunner:
         self.translator = translator
         self.defaults = translator.decode
 
-    def run(self, texts: Sequence[str], options: Options, extras: Sequence[bool]) -> list[Result]:
-        """`extras[i]`: whether sentence i wants its attention maps."""
-        self.translator.decode = dataclasses.replace(
+    def run(self, texts: Sequence[str], options: Options, extras: Sequence[Wants]) -> list[Result]:
+        """`extras[i]`: what sentence i wants besides its translations."""
+        t = self.translator
+        t.decode = dataclasses.replace(
             self.defaults, beam=options.beam, alpha=options.alpha, nbest=options.nbest
         )
+        hyps = t.hypotheses(texts)
         results = []
-        for text, hyps, attention in zip(texts, self.translator.hypotheses(texts), extras):
-            decode = self.translator.tgt_vocab.decode
-            nbest = [(decode(h.tokens), h.score) for h in hyps] or [("", 0.0)]
+        for text, found, wants in zip(texts, hyps, extras):
+            nbest = [(t.tgt_vocab.decode(h.tokens), h.score) for h in found] or [("", 0.0)]
             maps = None
-            if attention and hyps:
-                maps = to_json(explain(self.translator, text, hyps[0].tokens), digits=4)
+            if wants.attention and found:
+                maps = to_json(explain(t, text, found[0].tokens), digits=4)
             results.append(Result(nbest, maps))
+        self._align(texts, hyps, extras, results)
+        self._score(texts, hyps, extras, results)
         return results
+
+    def _source(self, text: str) -> list[int]:
+        """The source ids as the Translator reads them: cut to the model's positions, eos."""
+        vocab, limit = self.translator.src_vocab, self.translator.model.config.max_len - 1
+        return [*vocab.encode(text)[:limit], vocab.eos_id]
+
+    def _align(self, texts, hyps: list[list[Hypothesis]], extras, results: list[Result]) -> None:
+        asked = [i for i, wants in enumerate(extras) if wants.alignment]
+        todo = [i for i in asked if hyps[i]]
+        t = self.translator
+        pairs = [(self._source(texts[i]), hyps[i][0].tokens) for i in todo]
+        links = dict(zip(todo, word_alignments(t.model, t.src_vocab, t.tgt_vocab, pairs)))
+        for i in asked:
+            results[i].alignment = links.get(i, [])
+
+    def _score(self, texts, hyps: list[list[Hypothesis]], extras, results: list[Result]) -> None:
+        asked = [i for i, wants in enumerate(extras) if wants.log_probs]
+        pairs = [(self._source(texts[i]), h.tokens) for i in asked for h in hyps[i]]
+        scored = iter(token_log_probs(self.translator.model, pairs))
+        piece, eos = self.translator.tgt_vocab.piece, self.translator.tgt_vocab.eos_id
+        for i in asked:
+            if hyps[i]:
+                results[i].tokens = [[piece(x) for x in [*h.tokens, eos]] for h in hyps[i]]
+                results[i].log_probs = [next(scored) for _ in hyps[i]]
+            else:  # a blank sentence: its one translation is "", the model did not run
+                results[i].tokens, results[i].log_probs = [[]], [[]]

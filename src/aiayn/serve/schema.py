@@ -73,19 +73,37 @@ def responses(ok: Schema | None, *errors: int, media: str = "application/json") 
 MAX_ALPHA = 10.0  # lp(y) = ((5 + |y|) / 6) ** alpha stays finite in float32 up to here
 API_KEY: Schema = {"type": ["string", "null"], "description": "a key of --api-keys (optional)"}
 HYPOTHESIS = obj({"text": STRING, "score": NUMBER}, ("text", "score"))
+SCORED = obj(
+    {"text": STRING, "score": NUMBER,
+     "tokens": array(STRING, description='its pieces, "</s>" last (with log_probs)'),
+     "log_probs": array(NUMBER, description="log p of each piece (with log_probs)")},
+    ("text", "score"),
+)  # fmt: skip
+LINKS = array(array({"type": "integer", "minimum": 0}, minItems=2, maxItems=2),
+              description="(source word, target word) pairs, 0-based (with alignment)")
 ATTENTION = obj(
     {"source": array(STRING), "target": array(STRING),
      **{kind: {"type": "array", "description": f"{kind} attention [layer][head][query][key]"}
         for kind in ("encoder", "decoder", "cross")}},
     ("source", "target", "encoder", "decoder", "cross"),
 )  # fmt: skip
+SENTENCE = obj(
+    {"source": STRING, "text": STRING, "score": NUMBER,
+     "nbest": array(SCORED, description="the n best, best first"),
+     "alignment": LINKS, "attention": ATTENTION},
+    ("source", "text", "score", "nbest"),
+)  # fmt: skip
 V1_RESPONSE = obj(
     {"translations": array(obj(
         {"text": STRING,
-         "score": {**NUMBER, "description": "log P(y|x) / lp(y) (sec. 6.1's length penalty)"},
-         "nbest": array(HYPOTHESIS, description="the n best, best first"),
-         "attention": ATTENTION},
-        ("text", "score", "nbest"),
+         "score": {**NUMBER, "description": "log P(y|x) / lp(y) (sec. 6.1's length penalty), "
+                                            "summed over the text's sentences"},
+         "nbest": array(SCORED, description="the n best, best first (a text of several "
+                                            "sentences: each sentence's k-th)"),
+         "alignment": LINKS,
+         "attention": ATTENTION,
+         "sentences": array(SENTENCE, description="each sentence's own translations")},
+        ("text", "score", "nbest", "sentences"),
     ), description="one per text, in order")},
     ("translations",),
 )  # fmt: skip
@@ -94,14 +112,20 @@ V1_RESPONSE = obj(
 def v1_request(c: ServeConfig) -> Schema:
     return obj(
         {"text": {"anyOf": [STRING, array(STRING, maxItems=c.max_sentences)],
-                  "description": "a sentence, or a list of them"},
+                  "description": "a text, or a list of them"},
          "beam": {"type": "integer", "minimum": 1, "maximum": c.max_beam,
                   "description": "beam size (default: the checkpoint's)"},
          "alpha": {**NUMBER, "minimum": 0, "maximum": MAX_ALPHA,
                    "description": "length penalty (default: the checkpoint's)"},
          "nbest": {"type": "integer", "minimum": 1, "maximum": c.max_beam,
                    "description": "hypotheses to return, at most the beam (1)"},
+         "split": {"type": "boolean",
+                   "description": "cut each text into sentences (true); false: one segment"},
+         "format": {**STRING, "enum": ["text", "html"], "description": "text (default) or html"},
          "attention": {"type": "boolean", "description": "return attention maps (false)"},
+         "alignment": {"type": "boolean", "description": "return word alignments (false)"},
+         "log_probs": {"type": "boolean",
+                       "description": "return each hypothesis's per-token log-probabilities"},
          "api_key": API_KEY},
         ("text",), additionalProperties=False,
     )  # fmt: skip

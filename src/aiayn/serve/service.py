@@ -8,6 +8,7 @@ worker thread (`batcher.Batcher`) and waits for it, at most `timeout_s`. Each re
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -18,7 +19,8 @@ from aiayn.errors import ConfigError
 from aiayn.fast.linear import warm_up
 from aiayn.model.transformer import parameter_count
 from aiayn.serve.batcher import Batcher, Job, NotReady, QueueFull
-from aiayn.serve.runner import Options, Result, TranslatorRunner
+from aiayn.serve.runner import Options, Result, TranslatorRunner, Wants
+from aiayn.serve.texts import TextResult, join, segment
 from aiayn.translate import Translator
 
 
@@ -126,23 +128,29 @@ class Service:
         decode = self.model_config.decode
         return Options(beam=decode.beam, alpha=decode.alpha, nbest=1)
 
-    def _lengths(self, texts: list[str]) -> list[int]:
-        """Source tokens of each text (eos included); 413 past `max_sentence_tokens`."""
+    def _lengths(self, sentences: list[str]) -> list[int]:
+        """Source tokens of each sentence (eos included); 413 past the limits."""
         c = self.config
-        if len(texts) > c.max_sentences:
-            raise ApiError(413, f"too many sentences: {len(texts)}; the limit is "
+        if len(sentences) > c.max_sentences:
+            raise ApiError(413, f"too many sentences: {len(sentences)}; the limit is "
                                 f"--max-sentences {c.max_sentences}")  # fmt: skip
-        lengths = [len(ids) + 1 for ids in self.translator.src_vocab.encode_batch(texts)]
+        lengths = [len(ids) + 1 for ids in self.translator.src_vocab.encode_batch(sentences)]
         for i, n in enumerate(lengths):
             if n > c.max_sentence_tokens:
-                raise ApiError(413, f"sentence {i + 1} is too long: {n} tokens; the limit is "
-                                    f"--max-sentence-tokens {c.max_sentence_tokens}")  # fmt: skip
+                start = sentences[i][:40] + ("..." if len(sentences[i]) > 40 else "")
+                raise ApiError(413, f"sentence {i + 1} ({start!r}) is too long: {n} tokens; "
+                                    f"the limit is --max-sentence-tokens "
+                                    f"{c.max_sentence_tokens}")  # fmt: skip
         return lengths
 
-    async def translate(self, texts: list[str], options: Options, attention: bool) -> list[Result]:
-        """Each text's results, in order; refusals as `ApiError`s."""
+    async def translate(
+        self, sentences: list[str], options: Options, wants: Wants = Wants()
+    ) -> list[Result]:
+        """Each sentence's result, in order, from one job; refusals as `ApiError`s."""
         self.check_ready()
-        job = Job(texts, self._lengths(texts), options, [attention] * len(texts))
+        if not sentences:
+            return []
+        job = Job(sentences, self._lengths(sentences), options, [wants] * len(sentences))
         try:
             future = self.batcher.submit(job)
         except QueueFull as err:
@@ -155,17 +163,32 @@ class Service:
             raise ApiError(504, f"no translation within --timeout {self.config.timeout_s:g} s; "
                                 "send fewer or shorter sentences") from None  # fmt: skip
 
+    async def translate_texts(
+        self, texts: list[str], options: Options, wants: Wants = Wants(), *, split: bool = True,
+        html: bool = False, chunked: bool = False,
+    ) -> list[TextResult]:  # fmt: skip
+        """Each text cut into sentences (`texts.segment`), translated, put back together.
+        The sentences go in one job, within --max-sentences; `chunked` (a file: long, and
+        sharing the queue with others), `max_sentences` a job, one job after another."""
+        self.check_ready()
+        if len(texts) > self.config.max_sentences:
+            raise ApiError(413, f"too many sentences: {len(texts)} texts, a sentence each at "
+                                f"least; the limit is --max-sentences "
+                                f"{self.config.max_sentences}")  # fmt: skip
+        lang = self.languages[0] or "en"
+        docs = await asyncio.to_thread(segment, texts, lang, split, html)  # not in the loop
+        sentences = [s for doc in docs for s in doc.sentences]
+        wants = dataclasses.replace(wants, alignment=True) if html else wants  # places tags
+        step = self.config.max_sentences if chunked else max(len(sentences), 1)
+        results: list[Result] = []
+        for start in range(0, len(sentences), step):
+            results += await self.translate(sentences[start : start + step], options, wants)
+        return join(docs, results, wants.alignment)
+
     async def translate_file(self, text: str, html: bool) -> str:
-        """A file's text translated line by line, `max_sentences` lines a request, one
-        after another (so that a long file shares the queue with other requests)."""
-        if html:
-            raise ApiError(400, "HTML files are not supported yet")
-        lines = text.split("\n")
-        step, out = self.config.max_sentences, []
-        for start in range(0, len(lines), step):
-            results = await self.translate(lines[start : start + step], self.defaults(), False)
-            out += [r.nbest[0][0] for r in results]
-        return "\n".join(out)
+        """A .txt or .html file's text translated (`translate_texts`, chunked)."""
+        (result,) = await self.translate_texts([text], self.defaults(), html=html, chunked=True)
+        return result.text
 
     def info(self) -> dict:
         m, c = self.model_config.model, self.config
