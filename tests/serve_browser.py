@@ -98,10 +98,12 @@ def show_lines(page, kind: str, layer: int | None, head: str, side: str, index: 
 
 
 def screenshot(checkpoint: Path, out: Path, text: str) -> None:
-    """The README's picture: the page with `text` translated and a target piece clicked."""
+    """The README's picture: the page with `text` translated, its second word clicked (the
+    source words aligned with it marked), and a target piece clicked."""
     with served(checkpoint) as url, chromium() as browser:
         page = new_page(browser)
         translate_on_page(page, url, text)
+        page.click('#chosen-target .word[data-index="1"]')
         show_lines(page, "cross", None, "all", "left", 2)  # on the most readable layer
         page.screenshot(path=str(out), full_page=True)
 

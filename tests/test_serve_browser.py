@@ -50,13 +50,17 @@ def phone(browser):
 
 
 def api(url: str, texts: list[str]) -> list[dict]:
-    return request(f"{url}/v1/translate", {"text": texts, "attention": True}).body["translations"]
+    """/v1/translate's translations of `texts`, as the page asks for them."""
+    body = {"text": texts, "attention": True, "alignment": True}
+    return request(f"{url}/v1/translate", body).body["translations"]
 
 
 def words(labels: list[str]) -> str:
-    """The text the page's piece labels spell: "-er" continues the word before it, "␣" is
-    a word's start alone, ⟨start⟩ and ⟨end⟩ are the decoder's start and the end."""
-    return " ".join(l for l in labels if l not in ("⟨start⟩", "⟨end⟩", "␣")).replace(" -", "")
+    """The text the page's piece labels spell: "-er" continues the word before it, as
+    punctuation does, "␣" is a word's start alone, ⟨start⟩ and ⟨end⟩ the decoder's start
+    and the end."""
+    text = " ".join(l for l in labels if l not in ("⟨start⟩", "⟨end⟩", "␣"))
+    return re.sub(r" ([.,;:!?])", r"\1", text.replace(" -", ""))
 
 
 def shown_pieces(page, side: str) -> list[str]:
@@ -67,8 +71,8 @@ def test_the_page_shows_the_apis_translation_and_attention_as_words(url, page, t
     shown = translate_on_page(page, url, SENTENCE)
     (reply,) = api(url, [SENTENCE])
     assert shown == [reply["text"]]
-    assert page.text_content("#chosen-target") == reply["text"]
-    a = reply["attention"]
+    assert page.text_content("#chosen-target") == " ".join(reply["text"].split())
+    a = reply["sentences"][0]["attention"]
     # it opens on the cross attention's most readable layer, with a legend for its heads
     controls = page.evaluate("[...document.querySelectorAll('.controls select')].map(s => s.value)")
     assert controls == ["cross", str(a["readable_layer"]["cross"]), "all"]
@@ -96,7 +100,7 @@ def test_the_page_shows_the_apis_translation_and_attention_as_words(url, page, t
 def test_a_clicked_heat_map_cell_shows_the_weight_of_the_json(url, page):
     translate_on_page(page, url, SENTENCE)
     (reply,) = api(url, [SENTENCE])
-    cross = reply["attention"]["cross"]
+    cross = reply["sentences"][0]["attention"]["cross"]
     layer, head, query, key = 1, 2, 1, 3
     page.click(f'svg.heat[data-layer="{layer}"][data-head="{head}"] '
                f'rect[data-query="{query}"][data-key="{key}"]')  # fmt: skip
@@ -111,15 +115,33 @@ def test_a_clicked_heat_map_cell_shows_the_weight_of_the_json(url, page):
 
 
 def test_paragraphs_are_shown_as_paragraphs_and_ctrl_enter_translates(url, page):
-    text = "die Katze sitzt\nder Hund\n\nauf einer Matte"
-    shown = translate_on_page(page, url, text, keys=True)
-    replies = [r["text"] for r in api(url, ["die Katze sitzt", "der Hund", "auf einer Matte"])]
-    assert shown == replies
-    paragraphs = page.locator("#results p.paragraph").all_text_contents()
-    assert paragraphs == [f"{replies[0]} {replies[1]}", replies[2]]
-    page.click('#results .translation[data-index="2"]')  # the last sentence's attention
-    assert page.text_content("#chosen-source") == "auf einer Matte"
-    assert words(shown_pieces(page, "right")) == "auf einer Matte"
+    paragraphs = ["Die Katze sitzt. Der Hund sitzt auf einer Matte.", "der Hund"]
+    shown = translate_on_page(page, url, "\n\n".join(paragraphs), keys=True)
+    replies = api(url, paragraphs)  # the server cuts each paragraph into sentences
+    sentences = [s for reply in replies for s in reply["sentences"]]
+    assert [len(reply["sentences"]) for reply in replies] == [2, 1]
+    assert shown == [s["text"] for s in sentences]
+    assert page.locator("#results p.paragraph").all_text_contents() == [r["text"] for r in replies]
+    page.click('#results .translation[data-index="1"]')  # the second sentence's attention
+    assert page.text_content("#chosen-source") == "Der Hund sitzt auf einer Matte."
+    assert words(shown_pieces(page, "right")) == "Der Hund sitzt auf einer Matte."
+
+
+def test_a_clicked_word_marks_the_words_aligned_with_it(url, page):
+    translate_on_page(page, url, SENTENCE)
+    (reply,) = api(url, [SENTENCE])
+    links = reply["sentences"][0]["alignment"]  # [source word, target word]
+    source, target = SENTENCE.split(), reply["text"].split()
+    assert page.locator("#chosen-source .word").all_text_contents() == source
+    assert page.locator("#chosen-target .word").all_text_contents() == target
+    for j in range(len(target)):
+        page.click(f'#chosen-target .word[data-index="{j}"]')
+        marked = page.locator("#chosen-source .word.aligned").all_text_contents()
+        assert marked == [source[i] for i in sorted({i for i, t in links if t == j})]
+    i = links[0][0]
+    page.click(f'#chosen-source .word[data-index="{i}"]')
+    marked = page.locator("#chosen-target .word.aligned").all_text_contents()
+    assert marked == [target[t] for t in sorted({t for s, t in links if s == i})] and marked
 
 
 def test_busy_while_a_request_is_in_flight_and_an_error_replaces_the_results(url, page):
@@ -133,7 +155,7 @@ def test_busy_while_a_request_is_in_flight_and_an_error_replaces_the_results(url
         while not held:  # the request waits here, in flight, until continued
             page.wait_for_timeout(20)
         assert page.is_disabled("#translate")
-        assert page.text_content("#status") == "Translating 1 sentence…"
+        assert page.text_content("#status") == "Translating 1 paragraph…"
         held[0].continue_()
         page.wait_for_selector("body[data-state=done]")
     finally:
@@ -142,7 +164,7 @@ def test_busy_while_a_request_is_in_flight_and_an_error_replaces_the_results(url
         api(url, ["die Katze"])[0]["text"]
     ]
     with pytest.raises(RuntimeError, match="413: too many sentences: 4"):
-        translate_on_page(page, url, "a\nb\nc\nd")
+        translate_on_page(page, url, "a\n\nb\n\nc\n\nd")  # a sentence a paragraph
     assert page.get_attribute("#status", "role") == "alert"
     assert page.locator("#results .translation").count() == 0  # no old results under it
     assert page.is_hidden("#chosen") and page.locator("svg.lines").count() == 0

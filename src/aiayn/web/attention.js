@@ -27,16 +27,19 @@ const AttentionView = (() => {
   const MAX_WIDTH = 520;
 
   // Sentencepiece pieces as people read them: the "▁" (U+2581) that starts a word is not
-  // shown (alone, it is "␣"), and a piece that continues a word follows a hyphen ("Kind",
-  // "-er"), unless it is punctuation or a special piece ("<unk>", a byte "<0xF6>"); "<s>"
-  // and "</s>" are the decoder's start and the end.
+  // shown (alone, it is "␣"), a piece that continues a word follows a hyphen ("Kind", "-er")
+  // unless it is punctuation or a special piece ("<unk>"), and a byte piece of an ASCII
+  // character (byte fallback: "<0x44>") is that character; "<s>" and "</s>" are the
+  // decoder's start and the end.
   function labels(pieces) {
     return pieces.map((piece, i) => {
       if (piece === "<s>") return "⟨start⟩";
       if (piece === "</s>") return "⟨end⟩";
       if (piece.startsWith("\u2581")) return piece.slice(1) || "␣";
+      const byte = /^<0x([0-9A-F]{2})>$/.exec(piece);
+      const text = byte && parseInt(byte[1], 16) < 0x80 ? String.fromCharCode(parseInt(byte[1], 16)) : piece;
       const starts = i === 0 || ["<s>", "\u2581"].includes(pieces[i - 1]);
-      return starts || /^([\p{P}\p{S}]+|<.+>)$/u.test(piece) ? piece : `-${piece}`;
+      return starts || /^([\p{P}\p{S}]+|<.+>)$/u.test(text) ? text : `-${text}`;
     });
   }
 
