@@ -4,7 +4,7 @@ that LibreTranslate serves.
 An Argos package (OUT.argosmodel) is a zip archive of one directory, which Argos's
 `package.install_from_path` unpacks into its packages directory:
 
-    translate-en_de-aiayn-1a2b3c4d/
+    translate-en_de-aiayn-SHA/      (SHA: the first 8 hex digits of the weights' sha256)
         metadata.json        the language pair (Argos and LibreTranslate find models by it)
         model/               the CTranslate2 model (`export.ctranslate2.model_spec`)
         sentencepiece.model  the tokenizer Argos applies to both sides: aiayn's joint BPE
