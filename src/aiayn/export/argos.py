@@ -124,7 +124,7 @@ def export_argos(
             for file in sorted(package.rglob("*")):
                 zf.write(file, file.relative_to(tmp))
         os.chmod(archive, 0o666 & ~_umask())  # the user's usual modes, not mkdtemp's
-        if out.is_dir():  # an empty directory (`check_output` allows no other)
+        if out.is_dir():  # empty, or an earlier export's directory (`check_output`, force)
             shutil.rmtree(out)
         os.replace(archive, out)
     return out
