@@ -1,6 +1,6 @@
 """Which encoder-decoder attention aligns words best: precision, recall and AER of every
 decoder layer (its heads averaged, and each head alone), with either decoder row for a
-target piece, against the demo grammar's gold alignments.
+target piece and either kind of links, against the demo grammar's gold alignments.
 
     .venv/bin/python benchmarks/alignment.py --checkpoint runs/demo/checkpoint
 
@@ -12,8 +12,8 @@ reads each pair teacher-forced (the reference German, not its own translation), 
 `aiayn.alignment` turns the weights into one link per German word. Scores are Och & Ney's
 (2003), with sure = possible = gold: AER = 1 - 2|A & G| / (|A| + |G|).
 
-Prints one JSON object and writes it to benchmarks/results/ (`results.py`): for each row
-choice and layer, the head average and each head; the best head average ("chosen", the
+Prints one JSON object and writes it to benchmarks/results/ (`results.py`): for each kind
+of links, row choice and layer, the head average and each head; the best head average ("chosen", the
 default of `aiayn.alignment`, with its layer also counted from the last) and the best
 single head.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 
-from aiayn.alignment import (DEFAULT_ALIGNMENT, ROWS, AlignmentConfig, alignment_error,
+from aiayn.alignment import (DEFAULT_ALIGNMENT, LINKS, ROWS, AlignmentConfig, alignment_error,
                              cross_attention, links_from_weights, piece_words, select)
 from aiayn.data.demo_alignment import gold_alignment
 from aiayn.data.demo_corpus import DemoExample, generate_examples
@@ -45,20 +45,20 @@ def evaluate(translator: Translator, examples: list[DemoExample], max_tokens: in
     words = [(piece_words(src_vocab.surfaces(s[:-1])) + [None], piece_words(tgt_vocab.surfaces(t)))
              for s, t in pairs]  # fmt: skip
     n_layers, n_heads = weights[0].shape[:2]
-    choices = [(row, layer, heads) for row in ROWS for layer in range(n_layers)
-               for heads in [None, *((h,) for h in range(n_heads))]]  # fmt: skip
+    choices = [(links, row, layer, heads) for links in LINKS for row in ROWS
+               for layer in range(n_layers) for heads in [None, *((h,) for h in range(n_heads))]]  # fmt: skip
     table = []
-    for row, layer, heads in choices:
-        config = AlignmentConfig(layer=layer, heads=heads, row=row)
-        found = [set(links_from_weights(select(w, config), sw, tw, row))
+    for links, row, layer, heads in choices:
+        config = AlignmentConfig(layer=layer, heads=heads, row=row, links=links)
+        found = [set(links_from_weights(select(w, config), sw, tw, row, links))
                  for w, (sw, tw) in zip(weights, words)]  # fmt: skip
         scores = {k: round(v, 4) for k, v in alignment_error(found, gold).items()}
-        table.append({"row": row, "layer": layer, "heads": "mean" if heads is None else heads[0],
-                      **scores})  # fmt: skip
+        table.append({"links": links, "row": row, "layer": layer,
+                      "heads": "mean" if heads is None else heads[0], **scores})  # fmt: skip
     means = [r for r in table if r["heads"] == "mean"]
     chosen = min(means, key=lambda r: (r["aer"], r["layer"]))
-    default = {"row": DEFAULT_ALIGNMENT.row, "layer": DEFAULT_ALIGNMENT.layer % n_layers,
-               "heads": "mean"}  # fmt: skip
+    default = {"links": DEFAULT_ALIGNMENT.links, "row": DEFAULT_ALIGNMENT.row,
+               "layer": DEFAULT_ALIGNMENT.layer % n_layers, "heads": "mean"}  # fmt: skip
     return {
         "sentences": len(examples),
         "gold_links": sum(len(g) for g in gold),

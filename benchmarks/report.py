@@ -11,6 +11,8 @@ can be traced to the file, command and commit that measured it:
   the Results table, whose Multi30k rows come from `multi30k.py` result files only; between
   `<!-- report:begin extrapolation -->` and its end marker, what the latest
   `length_extrapolation.py` result shows, in words and a table, from its figures alone;
+  between `<!-- report:begin alignment -->` and its end marker, the word alignment figures
+  of the latest `alignment.py` result;
 - `benchmarks/plots/multi30k_bleu.png` (dev sacreBLEU of each saved checkpoint against its
   training minutes), `benchmarks/plots/speed_ratios.png` (aiayn / peer, per machine) and
   `benchmarks/plots/length_extrapolation.png` (sacreBLEU per source length, by positions).
@@ -33,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PLOTS = ROOT / "benchmarks" / "plots"
 READMES = {"summary": ROOT / "benchmarks" / "README.md", "results": ROOT / "README.md",
-           "extrapolation": ROOT / "README.md"}  # marker name -> the file that holds it
+           "extrapolation": ROOT / "README.md",
+           "alignment": ROOT / "README.md"}  # marker name -> the file that holds it
 OWN_OPTIONS = ("--note", "--results-dir", "--out", "--json-out")  # where and why: not part of a variant
 
 # The paper's rows of the Results table: what we have not run, with the paper's BLEU.
@@ -255,10 +258,29 @@ def _recipe_search(result: dict) -> list[tuple[str, str]]:
              f"{v['best']['bleu']:.2f} ({v['best']['bp']:.3f})") for v in done]  # fmt: skip
 
 
+def _alignment_choice(r: dict) -> str:
+    heads = "heads averaged" if r["heads"] == "mean" else f"head {r['heads'] + 1}"
+    return f"layer {r['layer'] + 1}, {heads}, {r['row']} row, {r['links']} links"
+
+
+def _prf(r: dict) -> str:
+    return f"{r['precision']:.3f} / {r['recall']:.3f} / {r['aer']:.3f}"
+
+
+def _alignment(result: dict) -> list[tuple[str, str]]:
+    """The default's figures, the best head average's where it differs, the best head's."""
+    keys = ["default_in_src", "best_single_head"]
+    chosen = {k: v for k, v in result["chosen"].items() if k != "layer_from_last"}
+    if chosen != result["default_in_src"]:
+        keys.insert(1, "chosen")
+    return [(f"precision / recall / AER, {_alignment_choice(result[k])}", _prf(result[k]))
+            for k in keys]  # fmt: skip
+
+
 SUMMARIES = {"train_speed": _train_speed, "gpu_levers": _gpu_levers, "recipe_search": _recipe_search, "multi30k": _multi30k, "demo": _demo,
              "prepare_scale": _prepare_scale, "length_extrapolation": _length_extrapolation,
              "attention_window": _attention_window, "precision_curves": _precision_curves,
-             "brevity": _brevity, "serve_load": _serve_load}
+             "brevity": _brevity, "serve_load": _serve_load, "alignment": _alignment}
 
 
 def figures(record: dict) -> list[tuple[str, str]]:
@@ -357,6 +379,24 @@ def extrapolation_text(records: list[dict]) -> str:
     return "\n".join([text, "", *rows]) + "\n"
 
 
+def alignment_text(records: list[dict]) -> str:
+    """README's word alignment figures: the latest `alignment.py` result."""
+    runs = [r for r in records if r["meta"]["script"] == "alignment"]
+    if not runs:
+        return "No `benchmarks/alignment.py` result file yet.\n"
+    record = runs[-1]
+    r = record["result"]
+    default, best = r["default_in_src"], r["best_single_head"]
+    return (
+        f"On the demo's held-out test split ({r['sentences']} pairs, {r['gold_links']:,} gold "
+        f"links) a {r['layers']}+{r['layers']}-layer demo model aligns with precision "
+        f"{default['precision']:.3f}, recall {default['recall']:.3f} and AER "
+        f"{default['aer']:.3f} ({_alignment_choice(default)}, the default); its best single "
+        f"head ({_alignment_choice(best)}) gives {_prf(best)} "
+        f"({_link(record, 'benchmarks/results/')}).\n"
+    )
+
+
 def _kept(within: float, beyond: float) -> str:
     """'64% of it': the share of the in-range BLEU kept beyond it."""
     return f"{beyond / within:.0%} of it" if within > 0 else "no in-range BLEU to compare"
@@ -384,7 +424,7 @@ def replace_between(text: str, name: str, body: str, where: str = "README") -> s
 def readmes(records: list[dict], readme_paths: dict[str, Path] = READMES) -> dict[Path, str]:
     """path -> the README's text with its generated parts rebuilt."""
     makers = {"summary": summary_tables, "results": results_table,
-              "extrapolation": extrapolation_text}  # fmt: skip
+              "extrapolation": extrapolation_text, "alignment": alignment_text}  # fmt: skip
     texts: dict[Path, str] = {}
     for name, path in readme_paths.items():
         text = texts.get(path) or path.read_text(encoding="utf-8")

@@ -37,9 +37,11 @@ def test_links_follow_the_largest_weight_of_each_target_word():
     ])  # (tgt_len + 1, src_len)
     src_words, tgt_words = [0, 1, 1, None], [0, 1, 1]
     # prediction rows: v0 <- row 0 (w1 0.3 > w0 0.1; eos is no word); v1 <- rows 1-2 (w0 0.4, w1 0.5)
-    assert links_from_weights(weights, src_words, tgt_words, "prediction") == [(1, 0), (1, 1)]
+    assert links_from_weights(weights, src_words, tgt_words, "prediction", "target") == [(1, 0), (1, 1)]
     # input rows: v0 <- row 1 (w0); v1 <- rows 2-3 (w0 0.5, w1 0.4)
-    assert links_from_weights(weights, src_words, tgt_words, "input") == [(0, 0), (0, 1)]
+    assert links_from_weights(weights, src_words, tgt_words, "input", "target") == [(0, 0), (0, 1)]
+    # union: each source word's best target word too; w1's column is (0.2, 0.4) over v0, v1
+    assert links_from_weights(weights, src_words, tgt_words, "input", "union") == [(0, 0), (0, 1), (1, 1)]
 
 
 def test_alignment_error_as_och_and_ney_define_it():
@@ -67,10 +69,13 @@ def test_batched_alignments_are_each_pairs_own_from_its_attention_maps(tmp_path)
         cross = attention_maps(model, src_vocab, tgt_vocab, src, tgt).cross[0, [1, 3]].mean(0)
         src_words = piece_words(src_vocab.surfaces(src[:-1])) + [None]
         assert links == links_from_weights(cross, src_words, piece_words(tgt_vocab.surfaces(tgt)), "input")
-        assert sorted(j for _, j in links) == list(range(len(t.split())))  # one link per target word
+        assert {j for _, j in links} == set(range(len(t.split())))  # every word has a link
+        assert {i for i, _ in links} == set(range(len(s.split())))
         assert all(0 <= i < len(s.split()) for i, _ in links)
 
 
 def test_unknown_row_is_refused():
     with pytest.raises(ValueError, match="row must be one of"):
         AlignmentConfig(row="output")
+    with pytest.raises(ValueError, match="links must be one of"):
+        AlignmentConfig(links="intersection")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import logging
@@ -18,7 +19,8 @@ import torch
 from aiayn.cli import main
 from aiayn.decode.strategy import length_penalty
 from aiayn.errors import ConfigError
-from aiayn.serve.service import ServeConfig, Service
+from aiayn.serve.runner import Options
+from aiayn.serve.service import ApiError, ServeConfig, Service
 from aiayn.translate import Translator
 from serve_helpers import (DOCUMENT, PAGE, PARAGRAPHS, alone, request, running, serving, tag_tree,
                            text_words, wait_ready)
@@ -192,7 +194,7 @@ def test_info_and_the_page(server):
     assert "src=" not in html and "href=" not in html
     assert html.count("http") == html.count("http://www.w3.org/2000/svg")
 
-def test_the_cli_names_a_checkpoint_it_cannot_load(tmp_path, ckpt, capsys):
+def test_the_cli_names_a_checkpoint_or_keys_file_it_cannot_load(tmp_path, ckpt, capsys):
     assert main(["serve", "--checkpoint", str(tmp_path / "none"), "--port", "0"]) == 2
     assert "no such checkpoint directory" in capsys.readouterr().err
     broken = tmp_path / "broken"
@@ -202,6 +204,9 @@ def test_the_cli_names_a_checkpoint_it_cannot_load(tmp_path, ckpt, capsys):
     assert "could not be loaded" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="--max-queue must be at least 1"):
         dataclasses.replace(ServeConfig(str(ckpt)), max_queue=0)
+    keys = ["--api-keys", str(tmp_path / "no-keys.txt")]
+    assert main(["serve", "--checkpoint", str(ckpt), "--port", "0", *keys]) == 2
+    assert f"--api-keys {keys[1]}: cannot read it" in capsys.readouterr().err
 
 def read_reply(sock: socket.socket) -> tuple[int, dict]:
     """The status and JSON body of the HTTP/1.1 reply on `sock` (sent with Connection: close)."""
@@ -210,6 +215,12 @@ def read_reply(sock: socket.socket) -> tuple[int, dict]:
         reply += chunk
     head, body = reply.split(b"\r\n\r\n", 1)
     return int(head.split()[1]), json.loads(body)
+
+def wait_until(condition, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.01)
 
 def post_head(path: str, length: int) -> bytes:
     return (f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
@@ -226,11 +237,7 @@ def test_a_client_that_leaves_mid_body_or_while_queued_costs_nothing(ckpt, caplo
         body = json.dumps({"text": SENTENCES[:3]}).encode()
         with socket.create_connection((host, int(port))) as sock:
             sock.sendall(post_head("/v1/translate", len(body)) + body)
-            for _ in range(200):
-                if stats.requests == 1:
-                    break
-                time.sleep(0.01)
-            assert stats.requests == 1  # queued
+            wait_until(lambda: stats.requests == 1, 10)  # queued
         after = request(f"{url}/v1/translate", {"text": SENTENCES[4]})
         assert after.status == 200 and stats.sentences == 1 and stats.batches == 1
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.records
@@ -286,21 +293,33 @@ def test_shutdown_answers_the_requests_already_queued(ckpt, lone):
         with ThreadPoolExecutor(4) as pool:
             sent = [pool.submit(request, f"{served.url}/v1/translate", {"text": s, "beam": 2})
                     for s in SENTENCES[:4]]  # fmt: skip
-            for _ in range(300):
-                if stats.requests == 4:
-                    break
-                time.sleep(0.01)
-            assert stats.requests == 4 and stats.batches == 0  # all four still queued
+            wait_until(lambda: stats.requests == 4, 10)
+            assert stats.batches == 0  # all four still queued
             served.server.should_exit = True
             replies = [f.result() for f in sent]
         assert [r.body["translations"][0]["text"] for r in replies] == [
             lone[s] for s in SENTENCES[:4]]  # fmt: skip
-        for _ in range(300):
-            if not served.server.started:
-                break
-            time.sleep(0.01)
-        with pytest.raises(OSError):
+        with pytest.raises(OSError):  # the listening socket closed when shutdown began
             request(f"{served.url}/health", timeout=5)
+
+def test_sentences_still_queued_when_the_worker_stops_get_503(ckpt):
+    """The worker's last batch is run; a job of other options, queued behind it, fails
+    with 503 rather than waiting for ever."""
+    service = Service(ServeConfig(str(ckpt), max_wait_ms=10_000))
+    service.start()
+    wait_until(lambda: service.batcher.ready, 60)
+
+    async def stop_while_queued() -> tuple:
+        first = asyncio.ensure_future(service.translate(["the cat"], Options(2, 0.6, 1)))
+        second = asyncio.ensure_future(service.translate(["a mat"], Options(3, 0.6, 1)))
+        await asyncio.to_thread(wait_until, lambda: service.batcher.stats.requests == 2, 10)
+        await asyncio.to_thread(service.stop)
+        return await asyncio.gather(first, second, return_exceptions=True)
+
+    first, second = asyncio.run(stop_while_queued())
+    assert len(first) == 1 and first[0].nbest
+    assert isinstance(second, ApiError) and second.status == 503
+    assert "the server is shutting down" in second.message
 
 def test_every_error_has_one_shape_404_405_and_500_too(server, monkeypatch):
     missing = request(f"{server}/v2/translate", {"text": "a"})
@@ -340,9 +359,10 @@ def test_alignments_and_per_token_log_probabilities_on_request(server):
     shifted, n_src, n_tgt = [], 0, 0
     for sentence in text["sentences"]:
         words, translated = len(sentence["source"].split()), len(sentence["text"].split())
-        links = sentence["alignment"]
-        assert sorted(j for _, j in links) == list(range(translated))  # one link a word
-        assert all(0 <= i < words for i, _ in links)
+        links = sentence["alignment"]  # the union of both directions: each word linked
+        assert {j for _, j in links} == set(range(translated))
+        assert {i for i, _ in links} == set(range(words))
+        assert [tuple(link) for link in links] == sorted(set(map(tuple, links)))
         shifted += [[i + n_src, j + n_tgt] for i, j in links]
         n_src, n_tgt = n_src + words, n_tgt + translated
         for hypothesis in sentence["nbest"]:

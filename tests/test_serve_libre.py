@@ -70,6 +70,8 @@ def test_libretranslatepy_sees_a_bad_key_and_a_pair_the_model_lacks(url):
         LibreTranslateAPI(url, api_key="stolen").translate("the cat", "en", "de")
     assert bad_key.value.code == 403
     assert json.loads(bad_key.value.read()) == {"error": "Invalid API key"}
+    v1 = request(f"{url}/v1/translate", {"text": "the cat", "api_key": "stolen"})
+    assert v1.status == 403 and v1.body == {"error": "Invalid API key"}  # the same keys
     with pytest.raises(urllib.error.HTTPError) as bad_pair:
         LibreTranslateAPI(url).translate("the cat", "fr", "es")
     assert bad_pair.value.code == 400
@@ -166,11 +168,12 @@ def test_translate_file_and_download_it(url, lone):
     text = f"{SENTENCES[0]}\n\n{SENTENCES[1]}\n"
     with lta.LibreTranslate(url) as client:
         upload = io.BytesIO(text.encode())
-        upload.name = "notes.txt"
+        upload.name = "Straße.txt"
         link = client.translate_file(upload, "en", "de").translated_file_url
-    assert link.startswith(f"{url}/download_file/") and link.endswith(".notes.txt")
+    assert link.startswith(f"{url}/download_file/") and link.endswith(".Stra_e.txt")
     with urllib.request.urlopen(link) as got:
-        assert got.headers["content-disposition"] == 'attachment; filename="notes.txt"'
+        assert got.headers["content-disposition"] == (
+            "attachment; filename=\"Stra_e.txt\"; filename*=UTF-8''Stra%C3%9Fe.txt")
         assert got.read().decode() == f"{lone[SENTENCES[0]]}\n\n{lone[SENTENCES[1]]}\n"
     missing = request(f"{url}/download_file/nothing.txt")
     assert missing.status == 404 and "no such file" in missing.body["error"]

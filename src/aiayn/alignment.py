@@ -5,21 +5,27 @@ target word was translated from, as Moses and fast_align write them ("0-0 1-2 2-
     format_alignment(links)                                                  # "0-0 1-2 ..."
 
 One teacher-forced pass gives the weights (`attention_view.capture_weights`, the model's
-code untouched). For each target word, the weights of `AlignmentConfig.layer`, averaged
-over its `heads`, are summed over the pieces of each source word and averaged over the
-target word's own pieces; the source word with the most weight is its link, so every
-target word gets one link. Words are the texts split at whitespace, a word's subword
-pieces merged (the vocabulary says which piece spells which characters); the source's
-end of sentence is no word and gets no link.
+code untouched). The weights of `AlignmentConfig.layer`, averaged over its `heads`, become
+a target word x source word matrix: summed over the pieces of each source word, averaged
+over the target word's own pieces. Each target word is linked to the source word with the
+most weight in its row; with `links="union"` each source word is also linked to the
+target word with the most weight in its column (the union of the two directions, as
+fast_align's two runs are symmetrized), so a source word that gives two target words
+("opens" -> "macht ... auf") keeps both. Words are the texts split at whitespace, a word's
+subword pieces merged (the vocabulary says which piece spells which characters); the
+source's end of sentence is no word and gets no link.
 
 A decoder row reads one piece and predicts the next: row t reads y_t (<s> for t = 0) and
 predicts y_{t+1}. `row="prediction"` takes the row that predicts the target piece,
 `row="input"` the row that reads it. `benchmarks/alignment.py` measured every layer and
-head, both rows, on the demo corpus, whose grammar knows the true links
-(`aiayn.data.demo_alignment`): the default below is the choice it made there. Its head
-average, not its best single head: head k of one model has nothing to do with head k of
-another, while which layer aligns best is a property of the architecture (Garg et al.
-2019 also take one layer's heads, averaged).
+head, both rows and both kinds of links, on the demo corpus, whose grammar knows the true
+links (`aiayn.data.demo_alignment`): the default below is the choice it made there, the
+last layer's heads averaged, the row that predicts the piece (while it predicts a word,
+the decoder looks at the source word it translates; once it has read it, it has moved
+on), and the union of both directions (its figures: the README's "Translate documents").
+The head average, not the best single head: head k of one model has nothing to do with
+head k of another, while which layer aligns best is a property of the architecture
+(Garg et al. 2019 also average one layer's heads).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from aiayn.data.vocab import Vocab
 from aiayn.model.transformer import Transformer
 
 ROWS = ("prediction", "input")
+LINKS = ("target", "union")
 
 
 @dataclass(frozen=True)
@@ -45,10 +52,13 @@ class AlignmentConfig:
     layer: int = -1  # decoder layer, 0-based; negative counts from the last (-1: the last)
     heads: tuple[int, ...] | None = None  # averaged; None: all heads
     row: str = "prediction"  # the decoder row of a target piece: see the module docstring
+    links: str = "union"  # "target": each target word's best source word; "union": and back
 
     def __post_init__(self) -> None:
         if self.row not in ROWS:
             raise ValueError(f"row must be one of {ROWS}, got {self.row!r}")
+        if self.links not in LINKS:
+            raise ValueError(f"links must be one of {LINKS}, got {self.links!r}")
 
 
 DEFAULT_ALIGNMENT = AlignmentConfig()
@@ -86,8 +96,9 @@ def piece_words(surfaces: Sequence[str]) -> list[int | None]:
 
 
 def links_from_weights(
-    weights: Tensor, src_words: Sequence[int | None], tgt_words: Sequence[int | None], row: str
-) -> list[tuple[int, int]]:
+    weights: Tensor, src_words: Sequence[int | None], tgt_words: Sequence[int | None],
+    row: str = "prediction", links: str = "union",
+) -> list[tuple[int, int]]:  # fmt: skip
     """(source word, target word) links from one pair's attention weights
     (tgt_len + 1, src_len): decoder rows <s> y_1 ... y_n, source columns as the model read
     them; `src_words` / `tgt_words` give each source column's and target piece's word."""
@@ -107,8 +118,10 @@ def links_from_weights(
             rows[w, t + shift] = 1.0
     rows = rows / rows.sum(1, keepdim=True).clamp_min(1.0)  # mean over a word's pieces
     scores = rows @ weights @ columns  # (n_tgt, n_src)
-    best = scores.argmax(dim=1)  # (n_tgt,)
-    return sorted((int(i), j) for j, i in enumerate(best.tolist()))
+    found = {(int(i), j) for j, i in enumerate(scores.argmax(dim=1).tolist())}
+    if links == "union":
+        found |= {(i, int(j)) for i, j in enumerate(scores.argmax(dim=0).tolist())}
+    return sorted(found)
 
 
 def cross_attention(
@@ -157,7 +170,8 @@ def word_alignments(
         src, tgt = pairs[k]
         src_words = piece_words(src_vocab.surfaces(_without_eos(src))) + [None]  # eos: none
         tgt_words = piece_words(tgt_vocab.surfaces(tgt))
-        found[k] = links_from_weights(select(w, config), src_words, tgt_words, config.row)
+        found[k] = links_from_weights(select(w, config), src_words, tgt_words, config.row,
+                                      config.links)
     return found
 
 

@@ -331,7 +331,7 @@ def _add_translate(sub: argparse._SubParsersAction) -> None:
 def _run_translate(args: argparse.Namespace) -> int:
     from aiayn.data.corpus import decode_utf8
     from aiayn.outfile import AtomicOutput, refuse_output_among_inputs
-    from aiayn.text.stream import translate_lines
+    from aiayn.text.documents import translate_lines
 
     if args.checkpoint is None:
         raise ConfigError("give --checkpoint DIR")

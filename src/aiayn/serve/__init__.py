@@ -1,9 +1,16 @@
 """`aiayn serve`: a trained model behind HTTP (FastAPI + uvicorn, the `serve` extra).
 
 - `batcher.py`: the queue and the worker thread; dynamic token-budget batches;
-- `runner.py`: what the worker runs: a `Translator`, and attention maps when asked;
+- `runner.py`: what the worker runs: a `Translator`, and attention maps, word alignments
+  and per-token log-probabilities when asked;
 - `service.py`: `ServeConfig` (options and limits) and `Service` (checks, queueing, waits);
-- `app.py`: the routes, the request checks, the errors; `serve(config)` runs it all.
+- `texts.py`: a request's texts cut into sentences (plain or HTML) and put back together;
+- `body.py`: request bodies read within the limits; clients that leave;
+- `keys.py`: `--api-keys` and `--req-limit`;
+- `schema.py`: the OpenAPI description of every route, body and status;
+- `v1.py`: `POST /v1/translate`'s fields and answer;
+- `libre.py`: LibreTranslate's API over the same service;
+- `app.py`: the routes, the errors; `serve(config)` runs it all.
 
 The web page is `aiayn/web/serve.html`.
 """

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 
 from aiayn.errors import CheckpointError, ConfigError
 from aiayn.serve import schema, v1
-from aiayn.serve.body import read_json, unless_gone
+from aiayn.serve.body import client_address, read_json, unless_gone
 from aiayn.serve.keys import Access, read_api_keys
 from aiayn.serve.libre import is_libre_path, libre_router
 from aiayn.serve.service import ApiError, ServeConfig, Service
@@ -82,7 +82,7 @@ def create_app(service: Service) -> FastAPI:
         word alignments and per-token log-probabilities."""
         data = await read_json(request, config.max_body_bytes)
         asked = v1.parse_v1(data, service)
-        access.check(data.get("api_key"), request.client.host if request.client else "")
+        access.check(data.get("api_key"), client_address(request))
         work = service.translate_texts(asked.texts, asked.options, asked.wants,
                                        split=asked.split, html=asked.html)  # fmt: skip
         results = await unless_gone(request, work)
@@ -131,10 +131,11 @@ def serve(config: ServeConfig, announce=print) -> None:
     import uvicorn
 
     service = Service(config)
+    app = create_app(service)  # a bad --api-keys file fails here, before the port is taken
     sock = listening_socket(config.host, config.port)
     host, port = sock.getsockname()[:2]
     server = uvicorn.Server(uvicorn.Config(
-        create_app(service), log_level="warning", access_log=False,
+        app, log_level="warning", access_log=False,
         timeout_graceful_shutdown=5,
     ))  # fmt: skip
     service.batcher.on_error = lambda message: setattr(server, "should_exit", True)

@@ -129,6 +129,11 @@ async def read_fields(request: Request, limit: int) -> dict[str, Any]:
     return fields
 
 
+def client_address(request: Request) -> str:
+    """The client's address, as the connection gives it (X-Forwarded-For is not trusted)."""
+    return request.client.host if request.client else ""
+
+
 def upload(fields: dict[str, Any], name: str) -> UploadFile | None:
     """The file uploaded as `name`, if one was."""
     value = fields.get(name)

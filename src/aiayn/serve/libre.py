@@ -23,13 +23,14 @@ import re
 import uuid
 from collections import OrderedDict
 from typing import Any
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.datastructures import UploadFile
 
 from aiayn.serve import schema
-from aiayn.serve.body import read_fields, unless_gone, upload
+from aiayn.serve.body import client_address, read_fields, unless_gone, upload
 from aiayn.serve.keys import Access
 from aiayn.serve.runner import Options
 from aiayn.serve.service import ApiError, Service
@@ -141,7 +142,7 @@ def libre_router(service: Service, access: Access) -> APIRouter:
 
     async def fields_of(request: Request) -> dict:
         fields = await read_fields(request, limit)
-        access.check(fields.get("api_key"), request.client.host if request.client else "")
+        access.check(fields.get("api_key"), client_address(request))
         return fields
 
     @router.get("/languages", responses=schema.responses(schema.LANGUAGES), response_model=None)
@@ -228,9 +229,9 @@ def libre_router(service: Service, access: Access) -> APIRouter:
     async def download_file(request: Request) -> Response:
         """A file /translate_file translated, as an attachment under its own name."""
         filename, data, media_type = files.get(request.path_params["name"])
-        quoted = re.sub(r'["\\\r\n]', "_", filename)
-        return Response(data, media_type=media_type,
-                        headers={"Content-Disposition": f'attachment; filename="{quoted}"'})
+        plain = re.sub(r'[^ -~]|["\\]', "_", filename)  # printable ASCII, then RFC 6266's
+        disposition = f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(filename)}"
+        return Response(data, media_type=media_type, headers={"Content-Disposition": disposition})
 
     @router.get("/frontend/settings", response_model=None,
                 responses=schema.responses(schema.FRONTEND_SETTINGS))  # fmt: skip

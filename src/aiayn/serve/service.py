@@ -159,6 +159,8 @@ class Service:
             raise ApiError(503, f"not ready: {err}", {"Retry-After": "2"}) from None
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), self.config.timeout_s)
+        except NotReady as err:  # still queued when the worker stopped
+            raise ApiError(503, f"not translated: {err}", {"Retry-After": "2"}) from None
         except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
             raise ApiError(504, f"no translation within --timeout {self.config.timeout_s:g} s; "
                                 "send fewer or shorter sentences") from None  # fmt: skip

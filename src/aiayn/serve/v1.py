@@ -8,7 +8,8 @@
                           "attention"?}]}]}
 
 One translation per text, in order. A text is cut into sentences unless `"split": false`
-(`texts.py`); each sentence's own result is in `sentences`, and a text of one sentence
+(`texts.py`; HTML always is, and keeps its tags); each sentence's own result is in
+`sentences`, and a text of one sentence
 also carries its attention and its hypotheses' tokens and log-probabilities at the top,
 as before texts were split. `alignment`: (source word, target word) pairs, 0-based, of
 the sentence or (plain text) of the whole text; `log_probs`: log p of each token of each

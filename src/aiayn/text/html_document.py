@@ -17,26 +17,23 @@ is one stretch of running text; its plain text (entities decoded, tags removed) 
 into sentences by `aiayn.text.sentences`. A sentence that spans inline tags is translated
 as one sentence, and each inline element is put back around the target words aligned to
 the source words it covered (`join`'s alignments: source word i to target word j, words
-being the sentence split at whitespace, as `aiayn.alignment` gives them). Elements keep
-their order and nesting, so the tag tree is the same: where the translation reorders two
-sibling elements, the second gets only the words after the first (possibly none). A tag
-just inside a word's punctuation stays there ("<b>bold</b>," and "(<a>link</a>)").
+being the sentence split at whitespace, as `aiayn.alignment` gives them), keeping the
+order and nesting of the tags (`aiayn.text.inline_markup`).
 Untranslated (`UNTOUCHED`, or any element with `translate="no"`, HTML's own attribute):
 `<script>`, `<style>`, `<pre>`, `<textarea>`, ... are copied as they are; an inline one
-(`<code>`, `<kbd>`, `<samp>`) stays in its sentence as an object after the target word
-aligned to the source word before it, its text not sent to the model. Images and comments
-inside a sentence are placed the same way. Translated text is written with `&`, `<` and
+(`<code>`, `<kbd>`, `<samp>`) stays in its sentence as one object, as images and comments
+do, its text not sent to the model. Translated text is written with `&`, `<` and
 `>` escaped; everything between sentences is copied verbatim, entities included.
 """
 
 from __future__ import annotations
 
 import html
-import unicodedata
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from html.parser import HTMLParser
 
+from aiayn.text.inline_markup import Item, Slot, match_tags, render, sentence_tree
 from aiayn.text.sentences import sentence_spans
 
 # Phrasing elements that live inside a sentence (the HTML standard's "phrasing content"
@@ -113,50 +110,11 @@ def tokenize(page: str) -> list[_Token]:
 
 
 @dataclass
-class _Item:
-    """A piece of running text: text, an inline element's open or close tag, or a point
-    (an object, a comment, an untranslated inline element)."""
-
-    kind: str  # text, open, close, point
-    raw: str
-    plain: str = ""  # text items: the text (entities decoded)
-    name: str = ""
-
-
-@dataclass
-class _Node:
-    """An element (or point) inside one sentence: the source words it covers, [start,
-    end), and where its tags go within a word's punctuation."""
-
-    open_raw: str  # "" when the open tag is before the sentence
-    close_raw: str  # "" when the close tag is after it, or for a point
-    words: tuple[int, int]
-    point: bool = False
-    open_outside: bool = False
-    close_outside: bool = False
-    after_lead: bool = False  # "(<a>": the open tag follows the word's leading punctuation
-    before_trail: bool = False  # "</b>,": the close tag precedes its trailing punctuation
-    # A point (or an element without words): whether a space precedes / follows it, so
-    # that "a <img>b", "a<img> b" and "a <img> b" stay as they are.
-    space: tuple[bool, bool] = (False, False)
-    children: list[_Node] = field(default_factory=list)
-
-
-@dataclass
-class _Slot:
-    """Where sentence `index` goes, and the inline markup inside it."""
-
-    index: int
-    n_words: int
-    roots: list[_Node] = field(default_factory=list)
-
-
-@dataclass
 class HtmlDocument:
     """A page cut into sentences: `sentences` to translate, `join` to put them back."""
 
     sentences: list[str]
-    parts: list[str | _Slot]
+    parts: list[str | Slot]
 
     def join(
         self, translations: list[str], alignments: list[list[tuple[int, int]]] | None = None
@@ -176,7 +134,7 @@ class HtmlDocument:
                 out.append(part)
             else:
                 links = alignments[part.index] if alignments is not None else []
-                out.append(_render(part, translations[part.index], links))
+                out.append(render(part, translations[part.index], links))
         return "".join(out)
 
 
@@ -213,18 +171,18 @@ class _Builder:
     def __init__(self, lang: str) -> None:
         self.lang = lang
         self.sentences: list[str] = []
-        self.parts: list[str | _Slot] = []
-        self.items: list[_Item] = []
+        self.parts: list[str | Slot] = []
+        self.items: list[Item] = []
 
     def add(self, token: _Token) -> None:
         if token.kind == "data":
-            self.items.append(_Item("text", token.raw, token.raw))
+            self.items.append(Item("text", token.raw, token.raw))
         elif token.kind == "ref":
-            self.items.append(_Item("text", token.raw, html.unescape(token.raw)))
+            self.items.append(Item("text", token.raw, html.unescape(token.raw)))
         elif token.kind == "other" or (token.kind != "end" and token.name in OBJECTS):
-            self.items.append(_Item("point", token.raw))
+            self.items.append(Item("point", token.raw))
         elif token.name in INLINE and token.kind in ("start", "end"):
-            self.items.append(_Item("open" if token.kind == "start" else "close", token.raw,
+            self.items.append(Item("open" if token.kind == "start" else "close", token.raw,
                                     name=token.name))  # fmt: skip
         else:  # any other tag (a block, <br>) ends the running text
             self.flush()
@@ -232,7 +190,7 @@ class _Builder:
 
     def untouched(self, raw: str, inline: bool) -> None:
         if inline:
-            self.items.append(_Item("point", raw))
+            self.items.append(Item("point", raw))
         else:
             self.flush()
             self.parts.append(raw)
@@ -250,10 +208,10 @@ class _Builder:
         if not spans:
             self.parts.extend(item.raw for item in items)
             return
-        match = _match(items)
+        match = match_tags(items)
         first = len(self.sentences)
         self.sentences += [" ".join(text[a:b].split()) for a, b in spans]
-        slots = [_Slot(first + k, len(text[a:b].split())) for k, (a, b) in enumerate(spans)]
+        slots = [Slot(first + k, len(text[a:b].split())) for k, (a, b) in enumerate(spans)]
         inside: list[list[int]] = [[] for _ in spans]  # tag items within each sentence
         starts = [a for a, _ in spans]
 
@@ -284,186 +242,4 @@ class _Builder:
                     placed.add(k)
                     self.parts.append(slots[k])
         for k, (a, b) in enumerate(spans):
-            slots[k].roots = _tree(items, positions, match, inside[k], text, (a, b))
-
-
-def _match(items: list[_Item]) -> dict[int, int | None]:
-    """Each inline open tag's close tag and each close tag's open tag (indices into
-    `items`), None where the other is outside this running text. A close tag that does not
-    close the innermost open element (misnested: `<b><i>x</b>`) becomes a point."""
-    match: dict[int, int | None] = {}
-    stack: list[int] = []
-    for index, item in enumerate(items):
-        if item.kind == "open":
-            stack.append(index)
-            match[index] = None
-        elif item.kind == "close":
-            if stack and items[stack[-1]].name == item.name:
-                match[index] = stack.pop()
-                match[match[index]] = index
-            elif stack:
-                item.kind = "point"
-            else:
-                match[index] = None  # opened before the running text
-    return match
-
-
-def _word_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    """[start, end) of each whitespace-separated word of text[start:end] (as `str.split`)."""
-    spans, begin = [], None
-    for i in range(start, end):
-        if text[i].isspace():
-            if begin is not None:
-                spans.append((begin, i))
-                begin = None
-        elif begin is None:
-            begin = i
-    if begin is not None:
-        spans.append((begin, end))
-    return spans
-
-
-def _punctuation(text: str) -> bool:
-    return all(unicodedata.category(c).startswith("P") for c in text)
-
-
-def _tree(
-    items: list[_Item], positions: list[int], match: dict[int, int | None], inside: list[int],
-    text: str, span: tuple[int, int],
-) -> list[_Node]:  # fmt: skip
-    """The inline elements and points of one sentence as a forest, with the source words
-    each covers. An element opened before the sentence (closed inside it) or closed after
-    it (opened inside) covers the words up to the sentence's edge."""
-    a, b = span
-    words = _word_spans(text, a, b)
-    within = set(inside)
-    open_before = [c for c in inside if items[c].kind == "close" and match[c] not in within]
-    close_after = [o for o in inside if items[o].kind == "open" and match[o] not in within]
-    events = [("open", None, c) for c in sorted(open_before, reverse=True)]  # outermost first
-    events += [(items[i].kind, i, match.get(i)) for i in inside]
-    events += [("close", o, None) for o in sorted(close_after, reverse=True)]  # innermost first
-    roots: list[_Node] = []
-    stack: list[_Node] = []
-    for kind, index, other in events:
-        if kind == "close":
-            if stack:
-                stack.pop()
-            continue
-        if kind == "point":
-            k = sum(1 for _, end in words if end <= positions[index])
-            node = _Node(items[index].raw, "", (k, k), point=True)
-            node.space = _spaces(text, positions[index], positions[index])
-        else:  # an element, its open tag here (index) or before the sentence (None)
-            node = _element(items, positions, words, text, index, other, within, span)
-        (stack[-1].children if stack else roots).append(node)
-        if kind == "open":
-            stack.append(node)
-    return roots
-
-
-def _element(
-    items: list[_Item], positions: list[int], words: list[tuple[int, int]], text: str,
-    open_index: int | None, close_index: int | None, within: set[int], span: tuple[int, int],
-) -> _Node:  # fmt: skip
-    open_inside = open_index is not None
-    close_inside = close_index is not None and close_index in within
-    start = positions[open_index] if open_inside else span[0]
-    end = positions[close_index] if close_inside else span[1]
-    covered = [i for i, (ws, we) in enumerate(words) if ws < end and we > start]
-    k = sum(1 for _, we in words if we <= start)
-    node = _Node(
-        items[open_index].raw if open_inside else "",
-        items[close_index].raw if close_inside else "",
-        (covered[0], covered[-1] + 1) if covered else (k, k),
-        open_outside=not open_inside,
-        close_outside=not close_inside,
-    )
-    if not covered:
-        node.space = _spaces(text, start, end)
-    else:
-        ws, we = words[covered[0]]
-        node.after_lead = ws < start < we and _punctuation(text[ws:start])
-        ws, we = words[covered[-1]]
-        node.before_trail = ws < end < we and _punctuation(text[end:we])
-    return node
-
-
-def _spaces(text: str, start: int, end: int) -> tuple[bool, bool]:
-    """Whether whitespace is just before `start` and just after `end` (within `text`)."""
-    return (start > 0 and text[start - 1].isspace(), end < len(text) and text[end].isspace())
-
-
-def _split_word(word: str) -> tuple[str, str, str]:
-    """(leading punctuation, core, trailing punctuation); a word of punctuation is all core."""
-    i, j = 0, len(word)
-    while i < j and unicodedata.category(word[i]).startswith("P"):
-        i += 1
-    while j > i and unicodedata.category(word[j - 1]).startswith("P"):
-        j -= 1
-    return ("", word, "") if i == j else (word[:i], word[i:j], word[j:])
-
-
-def _render(slot: _Slot, translation: str, links: list[tuple[int, int]]) -> str:
-    """One sentence's translation with its inline markup: each element around the target
-    words aligned to its source words, inside its parent and after its elder sibling."""
-    target = translation.split()
-    m, n = len(target), slot.n_words
-    aligned: dict[int, list[int]] = {}
-    for i, j in links:
-        if 0 <= i < n and 0 <= j < m:
-            aligned.setdefault(i, []).append(j)
-    # Text between positions: word j is lead (4j), core (4j + 1), trail (4j + 2), and the
-    # space after it (4j + 3); a tag at position p goes before piece p.
-    pieces = []
-    for j, word in enumerate(target):
-        pieces += [html.escape(x, quote=False) for x in _split_word(word)]
-        pieces.append(" " if j < m - 1 else "")
-    events: list[tuple[int, str]] = []
-
-    def place(node: _Node, low: int, high: int, cursor: int) -> int:
-        """Give `node` the target words [lo, hi) within [low, high), not before `cursor`;
-        record its tags; return hi."""
-        start, end = node.words
-        if start == end:  # a point, or an element without words: after the word before it
-            before = next((aligned[i] for i in range(start - 1, -1, -1) if i in aligned), None)
-            lo = max(before) + 1 if before else round(start * m / n) if n else 0
-            hi = lo
-        else:
-            found = [j for i in range(start, end) for j in aligned.get(i, [])]
-            if found:
-                lo, hi = min(found), max(found) + 1
-            else:  # no alignment: the same share of the translation
-                lo = round(start * m / n)
-                hi = max(lo + 1, round(end * m / n))
-        lo = low if node.open_outside else lo
-        hi = high if node.close_outside else hi
-        lo = min(max(lo, cursor, low), high)
-        hi = max(min(hi, high), lo)
-        space = ""
-        if lo == hi:  # after the word before, or after the space that follows it
-            at = 4 * lo if node.space == (True, False) or lo == 0 else 4 * lo - 1
-            space = " " if node.space == (True, True) and lo > 0 else ""
-            opened, closed = at, at
-        else:
-            opened = 4 * lo + (1 if node.after_lead else 0)
-            closed = 4 * (hi - 1) + (2 if node.before_trail else 3)
-        if node.open_raw:
-            events.append((opened, space + node.open_raw))
-        inner = lo
-        for child in node.children:
-            inner = place(child, lo, hi, inner)
-        if node.close_raw:
-            events.append((closed, node.close_raw))
-        return hi
-
-    cursor = 0
-    for root in slot.roots:
-        cursor = place(root, 0, m, cursor)
-    out, done = [], 0
-    for at, raw in events:
-        if at > done:
-            out.append("".join(pieces[done:at]))
-            done = at
-        out.append(raw)
-    out.append("".join(pieces[done:]))
-    return "".join(out)
+            slots[k].roots = sentence_tree(items, positions, match, inside[k], text, (a, b))

@@ -1,4 +1,9 @@
-"""`aiayn translate --split sentences` and `--alignment`: lines in, lines out.
+"""Documents through a `Translator`: a text or an HTML page in one call (`translate_text`),
+and the lines of `aiayn translate` with `--split sentences` or `--alignment`
+(`translate_lines`).
+
+    translate_text(translator, "The man reads. A dog sleeps.\n\nThe end.")
+    translate_text(translator, "<p>The <b>old</b> man reads.</p>", html=True)
 
 With `split="sentences"` each input line is cut into sentences (`text.sentences`), all
 sentences of a chunk of lines are translated as one batch, and each line is put back
@@ -22,6 +27,7 @@ from typing import TextIO
 from aiayn.alignment import format_alignment, word_alignments
 from aiayn.decode.strategy import Hypothesis
 from aiayn.errors import ConfigError
+from aiayn.text.html_document import parse_html
 from aiayn.text.sentences import split_document
 from aiayn.translate import Translator, one_line, translate_stream
 
@@ -80,6 +86,17 @@ def aligned_translations(
     model, src_vocab, tgt_vocab = translator.model, translator.src_vocab, translator.tgt_vocab
     links = iter(word_alignments(model, src_vocab, tgt_vocab, pairs))
     return [[(tgt_vocab.decode(h.tokens), next(links)) for h in hs] for hs in hyps]
+
+
+def translate_text(translator: Translator, text: str, lang: str = "en", html: bool = False) -> str:
+    """`text` (a whole document, HTML with `html`) with each sentence translated, the best
+    translation each, paragraphs, spacing and (HTML) the page's markup kept."""
+    doc = parse_html(text, lang) if html else split_document(text, lang)
+    hyps = [h[:1] for h in translator.hypotheses(doc.sentences)]
+    if not html:
+        return doc.join([one_line(translator.tgt_vocab.decode(h[0].tokens if h else [])) for h in hyps])
+    found = [f[0] if f else ("", []) for f in aligned_translations(translator, doc.sentences, hyps)]
+    return doc.join([one_line(t) for t, _ in found], [links for _, links in found])
 
 
 def _lines_chunk(translator: Translator, chunk: list[str], first: int, nbest: bool) -> list[str]:

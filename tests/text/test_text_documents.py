@@ -1,8 +1,10 @@
-"""`aiayn translate --split sentences` and `--alignment` (`aiayn.text.stream`)."""
+"""`aiayn translate --split sentences` and `--alignment` (`aiayn.text.documents`)."""
 
 from __future__ import annotations
 
 import io
+import re
+from pathlib import Path
 
 import pytest
 
@@ -10,7 +12,8 @@ from aiayn.alignment import format_alignment, word_alignment
 from aiayn.cli import main
 from aiayn.errors import ConfigError
 from aiayn.text.sentences import split_document
-from aiayn.text.stream import translate_lines
+from aiayn.text.documents import aligned_translations, translate_lines, translate_text
+from aiayn.text.html_document import parse_html
 from aiayn.translate import Translator, one_line
 from tiny_checkpoint import save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
@@ -100,3 +103,29 @@ def test_cli_flags(tmp_path, capsys, monkeypatch):
     assert main(["translate", "--checkpoint", str(ckpt), "--split", "sentences", "--alignment"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert len(rows) == len(TEXT.splitlines()) and all(" ||| " in r for r in rows)
+
+
+def test_translate_text_puts_each_sentences_own_translation_in_place(translator):
+    text = "The cat sat on a mat. Der Hund sitzt!\r\n\r\n\r\nA mat.  "
+    doc = split_document(text, "en")
+    assert translate_text(translator, text) == doc.join([translator.translate([s])[0] for s in doc.sentences])
+
+
+def test_translate_text_of_a_page_places_tags_by_the_word_alignment(translator):
+    page = "<p>The <b>cat</b> sat. <i>Der Hund</i> sitzt.</p><pre>a mat</pre>"
+    doc = parse_html(page, "en")
+    hyps = [translator.hypotheses([s])[0][:1] for s in doc.sentences]
+    found = [f[0] for f in aligned_translations(translator, doc.sentences, hyps)]
+    assert translate_text(translator, page, html=True) == doc.join([t for t, _ in found], [a for _, a in found])
+
+
+def test_the_readmes_python_runs(tmp_path, capsys):
+    """README's "Translate documents" Python, with a tiny checkpoint for runs/mine/avg5."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Translate documents"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    ckpt = save_tiny_checkpoint(tmp_path / "ckpt")
+    exec(compile(code.replace("runs/mine/avg5", str(ckpt)), "README.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 4 and out[1] == ""  # the paragraph break, then the page
+    assert out[3].startswith("<p>") and out[3].endswith("</p>") and "<b>" in out[3]
