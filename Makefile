@@ -1,21 +1,35 @@
 # The README's two set-up commands: `make demo` and `make test`.
-# The dev install includes the `export` and `onnx` extras, whose tests run in CI.
+# The dev install includes the `export`, `onnx` and `argos` extras, whose tests run in CI.
 # torch is pinned so that pip takes the local CPU build and never resolves a multi-GB CUDA one.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
+# LibreTranslate, the peer of benchmarks/serve_load.py (`make libretranslate`, for that
+# benchmark only), has a venv of its own: it pins packaging, numpy and rich below what the dev
+# install needs. It takes no torch; spaCy is its offline sentence splitter for aiayn's Argos
+# packages.
+LT_VENV := .venv-lt
+LT_PIN := libretranslate==1.9.6
 
-.PHONY: demo test install clean
+.PHONY: demo test install libretranslate clean
 
 $(BIN)/aiayn: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_PIN)
-	$(BIN)/pip install -q -e '.[dev,export,onnx,serve,plot]'
+	$(BIN)/pip install -q -e '.[dev,export,onnx,serve,plot,argos]'
 	touch $(BIN)/aiayn
 
 install: $(BIN)/aiayn
+
+$(LT_VENV)/bin/libretranslate:
+	$(PYTHON) -m venv $(LT_VENV)
+	$(LT_VENV)/bin/pip install -q --upgrade pip
+	$(LT_VENV)/bin/pip install -q $(LT_PIN) spacy
+	touch $@
+
+libretranslate: $(LT_VENV)/bin/libretranslate
 
 demo: install
 	$(BIN)/aiayn demo
@@ -24,4 +38,4 @@ test: install
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(LT_VENV) runs

@@ -1,6 +1,6 @@
 """How closely `aiayn export`'s models translate like aiayn: greedy and beam search through
-CTranslate2 and HuggingFace MarianMT against `aiayn translate`, and BLEU of the int8
-CTranslate2 export against float32.
+CTranslate2, HuggingFace MarianMT and Argos Translate against `aiayn translate`, and BLEU of
+the int8 CTranslate2 export against float32.
 
     .venv/bin/python benchmarks/export_agreement.py --checkpoint runs/demo/checkpoint \
         --src runs/demo/corpus/test.en --ref runs/demo/corpus/test.de [--limit N]
@@ -13,14 +13,21 @@ translations should be identical. Beam search is not: each library divides a hyp
 log-probability by its own length penalty (CTranslate2 and transformers by length ** alpha,
 aiayn by ((5 + length) / 6) ** alpha, Wu et al. 2016), and they finish hypotheses by
 different rules, so beam translations may differ; "beam_alpha0" runs all three without a
-length penalty, which removes the first cause. Prints one JSON object: the fraction of
-translations identical to aiayn's, and sacreBLEU of each system.
+length penalty, which removes the first cause; Argos Translate (the Argos package, through
+its own installer and translator, offline) always uses its own penalty, length ** 0.2.
+Prints one JSON object: the fraction of translations identical to aiayn's, and sacreBLEU of
+each system.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 from aiayn.checkpoint import load_checkpoint
@@ -28,6 +35,8 @@ from aiayn.evaluate import score
 from aiayn.export import export_checkpoint
 from aiayn.translate import Translator
 from results import add_arguments, emit
+
+OFFLINE = "http://127.0.0.1:9"  # a proxy on the discard port: nothing is fetched through it
 
 
 def aiayn_translations(checkpoint: Path, sources: list[str], beam: int, alpha: float) -> list[str]:
@@ -64,6 +73,57 @@ def hf_translations(model_dir: Path, sources: list[str], beam: int, alpha: float
     return [item["translation_text"] for item in out]
 
 
+# Argos Translate's own calls, as its README shows them, in a child process (Argos reads its
+# settings from the environment when imported, and creates its directories under HOME).
+ARGOS_CHILD = """
+import json, sys
+import argostranslate.package, argostranslate.translate
+package, src, tgt, texts, out = sys.argv[1:]
+argostranslate.package.install_from_path(package)
+translation = argostranslate.translate.get_translation_from_codes(src, tgt)
+with open(texts, encoding="utf-8") as f, open(out, "w", encoding="utf-8") as g:
+    json.dump([translation.translate(text) for text in json.load(f)], g)
+"""
+
+
+def argos_environment(
+    home: Path, beam: int, compute_type: str = "float32", threads: int = 1
+) -> dict[str, str]:
+    """Argos in `home` alone (settings, packages, caches), offline: every download goes to a
+    closed port, and sentences are split by the package's spaCy pipeline. Argos's default
+    compute type, "auto", runs a float32 model in int8 on CPUs that have int8 products.
+    LibreTranslate reads the same settings."""
+    env = {**os.environ, "HOME": str(home), "XDG_DATA_HOME": str(home / "data"),
+           "XDG_CONFIG_HOME": str(home / "config"), "XDG_CACHE_HOME": str(home / "cache"),
+           "ARGOS_PACKAGES_DIR": str(home / "packages"), "ARGOS_CHUNK_TYPE": "SPACY",
+           "ARGOS_BEAM_SIZE": str(beam), "ARGOS_COMPUTE_TYPE": compute_type,
+           "ARGOS_DEVICE_TYPE": "cpu", "ARGOS_INTRA_THREADS": str(threads),
+           "HTTP_PROXY": OFFLINE, "HTTPS_PROXY": OFFLINE, "http_proxy": OFFLINE,
+           "https_proxy": OFFLINE}  # fmt: skip
+    env.pop("NO_PROXY", None), env.pop("no_proxy", None)
+    return env
+
+
+def argos_translations(
+    package: Path, sources: list[str], beam: int, home: Path, compute_type: str = "float32"
+) -> list[str]:
+    """Argos Translate's translations of `sources`, the package installed into `home` by its
+    own `install_from_path`; beam 1 is greedy (ARGOS_BEAM_SIZE)."""
+    with zipfile.ZipFile(package) as archive:
+        meta = next(n for n in archive.namelist() if n.endswith("/metadata.json"))
+        languages = json.loads(archive.read(meta))
+    texts, out = home / "texts.json", home / "translations.json"
+    home.mkdir(parents=True, exist_ok=True)
+    texts.write_text(json.dumps(sources), "utf-8")
+    command = [sys.executable, "-c", ARGOS_CHILD, str(package), languages["from_code"],
+               languages["to_code"], str(texts), str(out)]  # fmt: skip
+    env = argos_environment(home, beam, compute_type)
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"Argos Translate failed: {done.stderr[-2000:]}")
+    return json.loads(out.read_text("utf-8"))
+
+
 def identical(ours: list[str], theirs: list[str]) -> float:
     """Fraction of translations that are the same string."""
     return round(sum(a == b for a, b in zip(ours, theirs)) / len(ours), 4)
@@ -76,12 +136,14 @@ def agreement(checkpoint: Path, sources: list[str], refs: list[str], tmp: Path) 
     export_checkpoint(checkpoint, "ctranslate2", ct2)
     export_checkpoint(checkpoint, "ctranslate2", ct2_int8, quantization="int8")
     export_checkpoint(checkpoint, "huggingface", hf)
+    argos = export_checkpoint(checkpoint, "argos", tmp / "model.argosmodel")
     report, bleu = {}, {}
     for name, (b, a) in {"greedy": (1, alpha), f"beam{beam}": (beam, alpha),
                          f"beam{beam}_alpha0": (beam, 0.0)}.items():  # fmt: skip
         ours = aiayn_translations(checkpoint, sources, b, a)
         systems = {"ctranslate2": ct2_translations(ct2, checkpoint, sources, b, a),
-                   "transformers": hf_translations(hf, sources, b, a)}  # fmt: skip
+                   "transformers": hf_translations(hf, sources, b, a),
+                   "argos": argos_translations(argos, sources, b, tmp / name)}  # fmt: skip
         report[name] = {k: identical(ours, v) for k, v in systems.items()}
         if name == f"beam{beam}":
             int8 = ct2_translations(ct2_int8, checkpoint, sources, b, a, "int8")

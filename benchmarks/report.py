@@ -269,16 +269,21 @@ def _precision_curves(result: dict) -> list[tuple[str, str]]:
             for a, b in (pairs[i] for i in middle_and_last)]  # fmt: skip
 
 
+PEERS = ("libretranslate",)  # serve_load's peers: the same model behind another server
+
+
 def _serve_load(result: dict) -> list[tuple[str, str]]:
     s = result["summary"]
     low, high = s["dynamic_rss_mb_min_max"]
+    peers = [(f"{s['clients']} clients: sentences/s, dynamic batching / {peer} (same model)",
+              f"{s[f'dynamic_vs_{peer}_throughput']:.2f}") for peer in PEERS if f"{peer}_p99_ms" in s]
     return [(f"{s['clients']} clients: sentences/s, dynamic batching / one at a time", f"{s['throughput_ratio']:.2f}"),
             (f"{s['clients']} clients: p99 ms, dynamic / one at a time",
              f"{s['p99_ms_dynamic']:g} / {s['p99_ms_one_at_a_time']:g}"),
             ("errors", str(s["errors"])),
             ("resident MB over the run, dynamic batching", f"{low:g} to {high:g}"),
             (f"resident MB growth over the repeated {s['clients']}-client cell",
-             f"{s['dynamic_rss_mb_growth_repeat']:g}")]  # fmt: skip
+             f"{s['dynamic_rss_mb_growth_repeat']:g}"), *peers]  # fmt: skip
 
 
 def _search(s: dict) -> str:

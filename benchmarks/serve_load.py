@@ -17,6 +17,15 @@ growth between the two.
 Targets (issue 34): at 32 clients, dynamic >= 3x one-at-a-time's sentences/s, p99 no
 worse, zero errors, resident memory flat over the run.
 
+With `--libretranslate EXE` (the `libretranslate` command of its own venv, `make
+libretranslate`: its pinned packages conflict with aiayn's), LibreTranslate serves the same
+checkpoint as a peer, side by side in the same run: the checkpoint's Argos package (`aiayn
+export --to argos`) installed by that venv's Argos, the same sentences one a request to its
+POST /translate, the same beam (ARGOS_BEAM_SIZE; Argos's own length penalty), float32 and
+`--threads` CPU threads. Offline it needs the package's spaCy pipeline to split sentences
+(ARGOS_CHUNK_TYPE=SPACY) and an empty local package index with --load-only, else it tries to
+download models as it starts.
+
 Prints one JSON object and writes it under benchmarks/results/ (`results.emit`). Loopback
 only; every loop is bounded in requests and time.
 """
@@ -28,13 +37,18 @@ import http.client
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
+from export_agreement import argos_environment
 from results import add_arguments, emit
 
 MODES = {
@@ -57,15 +71,58 @@ def start_server(checkpoint: str, threads: int, options: list[str]) -> tuple[sub
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     line = process.stdout.readline()
     port = int(re.search(r"127\.0\.0\.1:(\d+)", line).group(1))
-    for _ in range(1200):  # 120 s at most
+    return wait_ready(process, port, "/ready"), port
+
+
+def wait_ready(process: subprocess.Popen, port: int, path: str, seconds: int = 180):
+    """`process` once GET `path` answers 200; stopped, and an error, if it does not in time."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and process.poll() is None:
         try:
-            if _get(port, "/ready")[0] == 200:
-                return process, port
-        except OSError:
+            if _get(port, path)[0] == 200:
+                return process
+        except (OSError, ValueError):
             pass
         time.sleep(0.1)
     process.terminate()
-    raise RuntimeError("the server did not get ready in 120 s")
+    raise RuntimeError(f"the server on port {port} did not get ready in {seconds} s")
+
+
+def start_libretranslate(
+    exe: str, checkpoint: str, threads: int, home: Path
+) -> tuple[subprocess.Popen, int, Callable[[str], tuple[str, dict]]]:
+    """LibreTranslate serving the checkpoint's Argos package, everything under `home`, no
+    download tried; -> the process, its port and its request for a sentence."""
+    from aiayn.checkpoint import Checkpoint
+    from aiayn.export import export_checkpoint
+
+    package = export_checkpoint(checkpoint, "argos", home / "model.argosmodel")
+    with zipfile.ZipFile(package) as archive:
+        meta = json.loads(archive.read(next(n for n in archive.namelist()
+                                            if n.endswith("/metadata.json"))))  # fmt: skip
+    src, tgt = meta["from_code"], meta["to_code"]
+    beam = Checkpoint(checkpoint).config.decode.beam
+    env = argos_environment(home, beam, threads=threads)
+    install = "import sys, argostranslate.package as p; p.install_from_path(sys.argv[1])"
+    python = Path(exe).parent / "python"
+    subprocess.run([str(python), "-c", install, str(package)], env=env, check=True,
+                   capture_output=True)  # fmt: skip
+    index = home / "data" / "argos-translate" / "index.json"  # Argos's local package index
+    index.write_text("[]\n")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [exe, "--host", "127.0.0.1", "--port", str(port), "--load-only", f"{src},{tgt}",
+               "--disable-web-ui", "--disable-files-translation"]  # fmt: skip
+    with open(home / "libretranslate.log", "w") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    wait_ready(process, port, "/languages")
+    return process, port, lambda text: ("/translate", {"q": text, "source": src, "target": tgt})
+
+
+def v1_request(text: str) -> tuple[str, dict]:
+    """aiayn's own API: one sentence."""
+    return "/v1/translate", {"text": text}
 
 
 def _get(port: int, path: str) -> tuple[int, dict]:
@@ -85,8 +142,12 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def run_cell(port: int, sentences: list[str], clients: int, seconds: float, cap: int) -> dict:
-    """`clients` threads sending one sentence a request until time or the cap is up."""
+def run_cell(
+    port: int, sentences: list[str], clients: int, seconds: float, cap: int,
+    shape: Callable[[str], tuple[str, dict]] = v1_request,
+) -> dict:  # fmt: skip
+    """`clients` threads sending one sentence a request (`shape`: its path and body) until
+    time or the cap is up."""
     latencies: list[float] = []
     errors = [0]
     sent = [0]
@@ -101,11 +162,11 @@ def run_cell(port: int, sentences: list[str], clients: int, seconds: float, cap:
                 if sent[0] >= cap:
                     break
                 sent[0] += 1
-            body = json.dumps({"text": sentences[i % len(sentences)]})
+            path, body = shape(sentences[i % len(sentences)])
             i += 1
             start = time.monotonic()
             try:
-                conn.request("POST", "/v1/translate", body, {"Content-Type": "application/json"})
+                conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
                 reply = conn.getresponse()
                 reply.read()
                 ok = reply.status == 200
@@ -135,21 +196,39 @@ def run_cell(port: int, sentences: list[str], clients: int, seconds: float, cap:
     }  # fmt: skip
 
 
+def run_cells(args, name: str, sentences: list[str], process, port: int, shape) -> list[dict]:
+    cells = []
+    for clients in args.clients:
+        before = rss_mb(process.pid)
+        cell = run_cell(port, sentences, clients, args.seconds, args.max_requests, shape)
+        cell.update(rss_mb_before=round(before, 1), rss_mb_after=round(rss_mb(process.pid), 1))
+        cells.append(cell)
+        print(name, json.dumps(cell), file=sys.stderr)
+    return cells
+
+
 def run_mode(args, name: str, sentences: list[str]) -> dict:
     process, port = start_server(args.checkpoint, args.threads, MODES[name])
     try:
-        cells = []
-        for clients in args.clients:
-            before = rss_mb(process.pid)
-            cell = run_cell(port, sentences, clients, args.seconds, args.max_requests)
-            cell.update(rss_mb_before=round(before, 1), rss_mb_after=round(rss_mb(process.pid), 1))
-            cells.append(cell)
-            print(name, json.dumps(cell), file=sys.stderr)
+        cells = run_cells(args, name, sentences, process, port, v1_request)
         stats = _get(port, "/info")[1]["stats"]
         return {"options": MODES[name], "cells": cells, "server_stats": stats}
     finally:
         process.terminate()
         process.wait(30)
+
+
+def run_libretranslate(args, sentences: list[str]) -> dict:
+    """The peer: LibreTranslate on the same checkpoint, the same cells."""
+    with tempfile.TemporaryDirectory(prefix="aiayn-libretranslate-") as home:
+        process, port, shape = start_libretranslate(args.libretranslate, args.checkpoint,
+                                                    args.threads, Path(home))  # fmt: skip
+        try:
+            cells = run_cells(args, "libretranslate", sentences, process, port, shape)
+        finally:
+            process.terminate()
+            process.wait(30)
+    return {"executable": args.libretranslate, "cells": cells}
 
 
 def main() -> None:
@@ -163,6 +242,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="the server's torch threads (2)")
     parser.add_argument("--sentences", metavar="FILE",
                         help="one a line (default: the demo test split's English, generated)")
+    parser.add_argument("--libretranslate", metavar="EXE",
+                        help="also LibreTranslate, this command (e.g. .venv-lt/bin/libretranslate), "
+                        "serving the same model as a peer")  # fmt: skip
     add_arguments(parser)
     args = parser.parse_args()
     if args.sentences:
@@ -173,15 +255,24 @@ def main() -> None:
               "load_average_at_start": list(os.getloadavg()),
               "max_requests_per_cell": args.max_requests, "server_threads": args.threads,
               "modes": {name: run_mode(args, name, sentences) for name in MODES}}  # fmt: skip
-    report["summary"] = summary(report["modes"], max(args.clients))
+    if args.libretranslate:
+        report["peers"] = {"libretranslate": run_libretranslate(args, sentences)}
+    report["summary"] = summary(report["modes"], max(args.clients), report.get("peers", {}))
     emit(__file__, report, args, also_loads=("aiayn.cli", "aiayn.serve.app"))  # the server's
 
 
-def summary(modes: dict, clients: int) -> dict:
-    """The issue's targets at `clients` concurrent clients."""
+def summary(modes: dict, clients: int, peers: dict | None = None) -> dict:
+    """The issue's targets at `clients` concurrent clients, and each peer's figures there."""
     dyn = [c for c in modes["dynamic"]["cells"] if c["clients"] == clients][-1]
     one = [c for c in modes["one_at_a_time"]["cells"] if c["clients"] == clients][-1]
-    cells = [c for m in modes.values() for c in m["cells"]]
+    cells = [c for m in [*modes.values(), *(peers or {}).values()] for c in m["cells"]]
+    figures = {}
+    for name, peer in (peers or {}).items():
+        cell = [c for c in peer["cells"] if c["clients"] == clients][-1]
+        figures[f"{name}_sentences_per_s"] = cell["sentences_per_s"]
+        figures[f"{name}_p99_ms"] = cell["p99_ms"]
+        figures[f"dynamic_vs_{name}_throughput"] = round(
+            dyn["sentences_per_s"] / max(cell["sentences_per_s"], 1e-9), 2)
     rss = [c[k] for c in modes["dynamic"]["cells"] for k in ("rss_mb_before", "rss_mb_after")]
     same = [c for c in modes["dynamic"]["cells"] if c["clients"] == clients]
     speedup = dyn["sentences_per_s"] / max(one["sentences_per_s"], 1e-9)
@@ -195,6 +286,7 @@ def summary(modes: dict, clients: int) -> dict:
         # the same load again: growth after the first such cell (buffers sized, warm)
         "dynamic_rss_mb_growth_repeat": round(same[-1]["rss_mb_after"] - same[0]["rss_mb_after"], 1)
         if len(same) > 1 else None,
+        **figures,
     }  # fmt: skip
 
 

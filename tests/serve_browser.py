@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,55 +41,70 @@ def served(checkpoint: Path, *options: str) -> Iterator[str]:
         process.wait(30)
 
 
+PHONE = {"viewport": {"width": 390, "height": 844}, "device_scale_factor": 3,
+         "is_mobile": True, "has_touch": True}  # a phone: it honours the viewport tag
+DESKTOP = {"viewport": {"width": 1000, "height": 900}}
+
+
 @contextmanager
-def browser_page() -> Iterator:
-    """A Playwright page in a fresh headless Chromium profile."""
+def chromium() -> Iterator:
+    """Debian's Chromium, headless, driven by Playwright; pages come from `new_page`."""
     from playwright.sync_api import sync_playwright
 
-    with tempfile.TemporaryDirectory() as profile, sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=ARGS,
-            viewport={"width": 1000, "height": 900},
-        )  # fmt: skip
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
         try:
-            yield context.new_page()
+            yield browser
         finally:
-            context.close()
+            browser.close()
 
 
-def translate_on_page(page, url: str, text: str) -> list[str]:
-    """Open the page, type `text`, press Translate; -> the translations it shows."""
+def new_page(browser, device: dict = DESKTOP):
+    """A page in a fresh context (its own profile: no cookies or cache) as `device`."""
+    return browser.new_context(**device).new_page()
+
+
+def translate_on_page(page, url: str, text: str, keys: bool = False) -> list[str]:
+    """Open the page, type `text`, press Translate (`keys`: Ctrl+Enter in the text box);
+    -> the translated sentences it shows, in order. The page's error line as RuntimeError."""
     page.goto(url + "/")
     page.fill("#source", text)
-    page.click("#translate")
-    page.wait_for_selector("body[data-state=done]")
-    error = page.text_content("#status")
-    if error:
-        raise RuntimeError(error)
+    if keys:
+        page.press("#source", "Control+Enter")
+    else:
+        page.click("#translate")
+    page.wait_for_selector("body[data-state=done], body[data-state=error]")
+    if page.get_attribute("body", "data-state") == "error":
+        raise RuntimeError(page.text_content("#status"))
     page.wait_for_selector("svg.lines line.attn-line", state="attached")
-    return page.locator("#results li.translation .text").all_text_contents()
+    return page.locator("#results .translation").all_text_contents()
 
 
-def show_lines(page, kind: str, layer: int, head: str, side: str, index: int) -> list[float]:
-    """Pick kind, layer (0-based) and head ("all" or "0", "1", ...), click a piece on `side`
-    ("left": queries, "right": keys); -> the weights of the lines drawn, in drawing order."""
+def show_lines(page, kind: str, layer: int | None, head: str, side: str, index: int) -> list[float]:
+    """Pick kind, layer (0-based; None: the one the page opens on) and head ("all" or "0",
+    "1", ...), click a piece on `side` ("left": queries, "right": keys); -> the weights of
+    the lines drawn, in drawing order."""
     # by position: Playwright also matches a value against the labels ("1" is layer 0's)
     page.select_option("select[name=kind]", value=kind)
-    page.select_option("select[name=layer]", index=layer)
+    if layer is not None:
+        page.select_option("select[name=layer]", index=layer)
     page.select_option("select[name=head]", index=0 if head == "all" else int(head) + 1)
     chosen = page.evaluate("[...document.querySelectorAll('.controls select')].map(s => s.value)")
-    assert chosen == [kind, str(layer), head], chosen
+    assert chosen[0] == kind and chosen[2] == head, chosen
+    assert layer is None or chosen[1] == str(layer), chosen
     page.click(f'svg.lines text.tok[data-side="{side}"][data-index="{index}"]')
     lines = page.locator("svg.lines line.attn-line")
     return [float(w) for w in lines.evaluate_all("ls => ls.map(l => l.dataset.weight)")]
 
 
 def screenshot(checkpoint: Path, out: Path, text: str) -> None:
-    """The README's picture: the page with `text` translated and a target piece clicked."""
-    with served(checkpoint) as url, browser_page() as page:
+    """The README's picture: the page with `text` translated, its second word clicked (the
+    source words aligned with it marked), and a target piece clicked."""
+    with served(checkpoint) as url, chromium() as browser:
+        page = new_page(browser)
         translate_on_page(page, url, text)
-        last = page.locator("select[name=layer] option").count() - 1
-        show_lines(page, "cross", last, "all", "left", 2)
+        page.click('#chosen-target .word[data-index="1"]')
+        show_lines(page, "cross", None, "all", "left", 2)  # on the most readable layer
         page.screenshot(path=str(out), full_page=True)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 
 import pytest
 import torch
@@ -13,6 +14,8 @@ from aiayn.attention_view import (
     attention_maps,
     capture_weights,
     explain,
+    readability,
+    readable_layers,
     to_bertviz,
     to_json,
 )
@@ -115,9 +118,11 @@ def test_bertviz_layout_and_the_pages_json_hold_the_same_weights(translator):
     cross = viz["attention"][2]
     assert cross["left_text"] == maps.target and cross["right_text"] == maps.source
     torch.testing.assert_close(torch.tensor(cross["attn"]), maps.cross)
-    page = to_json(maps)
+    page = to_json(maps, digits=4)
     for kind in KINDS:
-        torch.testing.assert_close(torch.tensor(page[kind]), maps.kind(kind), atol=1e-5, rtol=0)
+        torch.testing.assert_close(torch.tensor(page[kind]), maps.kind(kind), atol=1e-4, rtol=0)
+    weights = [w for layer in page["cross"] for head in layer for row in head for w in row]
+    assert max(len(json.dumps(w)) for w in weights) <= len("0.1234")  # no float32 tails
     assert viz["include_layers"] == list(range(translator.model.config.n_layers))
 
 
@@ -138,3 +143,37 @@ def test_the_page_embeds_any_sentence_as_data_never_as_markup(translator):
     assert json.loads(data)["source_text"] == text and "</script><b>" not in data
     assert f"<title>aiayn attention: {html.escape(text)}</title>" in page
     assert page.count("<script>") == 3 and page.count("{{") == 4  # the text's own, twice
+
+
+def test_readability_is_the_information_a_layer_gives_about_which_key_a_query_reads():
+    n = 5
+    uniform = torch.full((n, n), 1 / n)
+    sink = torch.zeros(n, n)
+    sink[:, -1] = 1  # every query on the last key (as heads often do on </s>)
+    aligned = torch.eye(n)[torch.randperm(n)]  # each query on a key of its own
+    blurred = 0.8 * aligned + 0.2 * uniform
+    # (layers, heads, q_len, k_len): each layer's two heads are the same kind of map
+    weights = torch.stack([torch.stack([m, m[:, torch.randperm(n)]])
+                           for m in (uniform, sink, blurred, aligned)])  # fmt: skip
+    score = readability(weights)
+    torch.testing.assert_close(score[:2], torch.zeros(2, dtype=torch.float64))
+    torch.testing.assert_close(score[3], torch.tensor(math.log(n), dtype=torch.float64))
+    assert 0 < score[2] < score[3]
+    assert int(score.argmax()) == 3
+    heads_swapped = readability(weights.flip(1))  # the order of heads does not matter
+    torch.testing.assert_close(heads_swapped, score)
+
+
+def test_the_pages_json_names_each_kinds_most_readable_layer(translator):
+    maps = explain(translator, "the cat sat on a mat")
+    layers = readable_layers(maps)
+    for kind in KINDS:
+        scores = readability(maps.kind(kind))
+        assert scores[layers[kind]] == scores.max()  # the best of the model's layers
+    tgt_len, src_len = maps.cross.shape[-2:]
+    sharpened = maps.cross.clone()  # layer 0: each target piece on a source piece of its own
+    sharpened[0] = torch.eye(src_len)[torch.arange(tgt_len) % src_len]
+    sharpened[1] = 1 / src_len  # layer 1: uniform
+    maps.cross = sharpened
+    assert readable_layers(maps)["cross"] == 0
+    assert to_json(maps)["readable_layer"] == readable_layers(maps)

@@ -7,7 +7,9 @@ on the demo corpus, for greedy translations and int8 BLEU.
 
 import json
 import re
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import ctranslate2
@@ -27,7 +29,9 @@ from aiayn.data.prepare import prepare  # noqa: E402
 from aiayn.data.prepare_options import PrepareOptions  # noqa: E402
 from aiayn.data.vocab import BOS_ID, EOS_ID, Vocab  # noqa: E402
 from aiayn.evaluate import score  # noqa: E402
+from aiayn.errors import ExportError  # noqa: E402
 from aiayn.export import export_checkpoint  # noqa: E402
+from aiayn.export.argos import export_argos  # noqa: E402
 from aiayn.export.huggingface import channel_order  # noqa: E402
 from aiayn.model.layers import sinusoid_table  # noqa: E402
 from aiayn.model.transformer import Transformer  # noqa: E402
@@ -151,7 +155,9 @@ def leftovers(parent: Path) -> list[str]:
      ("huggingface", {"src_vocab_size": True}, "shared by source and target"),
      ("ctranslate2", {"d_k": 8, "d_v": 4}, "d_k=8, d_v=4"),
      ("huggingface", {"attention_window": 2}, "model.attention_window=2"),
-     ("ctranslate2", {"attention_window": 2}, "model.attention_window=2")],
+     ("ctranslate2", {"attention_window": 2}, "model.attention_window=2"),
+     ("argos", {"src_vocab_size": True}, "one sentencepiece model"),
+     ("argos", {"d_k": 8, "d_v": 4}, "d_k=8, d_v=4")],
 )  # fmt: skip
 def test_an_unrepresentable_checkpoint_is_a_clear_error_before_anything_is_written(
     tmp_path, vocab, capsys, target, layout, named
@@ -284,3 +290,59 @@ def test_optimums_onnx_export_with_past_keys_translates_greedily_as_aiayn(traine
     out = model.generate(**batch, num_beams=1, use_cache=True)
     theirs = tokenizer.batch_decode(out, skip_special_tokens=True)
     assert theirs == export_agreement.aiayn_translations(trained, sources, beam=1, alpha=0.6)
+
+
+# --- Argos Translate (LibreTranslate's models) ---------------------------------------------
+def test_argos_installs_the_package_and_translates_greedily_as_aiayn_offline(trained, tmp_path):
+    """Argos's own `install_from_path` and `translate`, in a child process whose HOME is a
+    temporary directory and with every download refused (`argos_environment`)."""
+    out = export_checkpoint(trained, "argos", tmp_path / "en_de.argosmodel")
+    with zipfile.ZipFile(out) as archive:
+        (name,) = {Path(n).parts[0] for n in archive.namelist()}
+        meta = json.loads(archive.read(f"{name}/metadata.json"))
+        assert archive.read(f"{name}/sentencepiece.model") == (trained / "vocab.model").read_bytes()
+        assert f"{name}/model/model.bin" in archive.namelist()
+    assert (meta["from_code"], meta["to_code"], meta["type"]) == ("en", "de", "translate")
+    sources = [s for s, _ in SPLITS.test[:12]]
+    ours = export_agreement.aiayn_translations(trained, sources, beam=1, alpha=0.6)
+    two = [f"{sources[0]} {sources[1]}"]  # Argos splits it into sentences (spaCy's rules)
+    theirs = export_agreement.argos_translations(out, sources + two, 1, tmp_path / "home")
+    assert theirs == ours + [f"{ours[0]} {ours[1]}"]
+    assert (tmp_path / "home" / "packages" / name / "model" / "model.bin").is_file()
+
+
+def test_the_argos_packages_readme_code_runs(trained, tmp_path):
+    out = export_checkpoint(trained, "argos", tmp_path / "en_de.argosmodel", "int8")
+    with zipfile.ZipFile(out) as archive:
+        (readme,) = [n for n in archive.namelist() if n.endswith("/README.md")]
+        code = re.search(r"```python\n(.*?)```", archive.read(readme).decode(), re.S).group(1)
+    home = tmp_path / "home"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=export_agreement.argos_environment(home, 1), timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip(), "no translation printed"
+    assert json.loads((next((home / "packages").iterdir()) / "aiayn-export.json").read_text())[
+        "quantization"] == "int8"  # fmt: skip
+
+
+def test_an_argos_export_names_its_languages_and_replaces_only_its_own_file(tmp_path, vocab):
+    ckpt = random_checkpoint(tmp_path / "ckpt", vocab)  # no prepared data: no languages
+    out = tmp_path / "m.argosmodel"
+    with pytest.raises(ExportError, match="records no languages"):
+        export_checkpoint(ckpt, "argos", out)
+    assert not out.exists() and leftovers(tmp_path) == []
+    export_argos(ckpt, out, languages=("fr", "en"))
+    with pytest.raises(ExportError, match="exists; --force replaces it"):
+        export_argos(ckpt, out, languages=("fr", "en"))
+    export_argos(ckpt, out, languages=("fr", "en"), force=True)
+    sha = load_checkpoint(ckpt).meta["weights_sha256"]
+    with zipfile.ZipFile(out) as archive:  # one directory, named by pair and weights
+        names = {Path(n).parts[0] for n in archive.namelist()}
+    assert names == {f"translate-fr_en-aiayn-{sha[:8]}"}
+    other = tmp_path / "notes.zip"
+    with zipfile.ZipFile(other, "w") as archive:
+        archive.writestr("notes/a.txt", "keep me")
+    with pytest.raises(ExportError, match="not an aiayn export"):
+        export_argos(ckpt, other, languages=("fr", "en"), force=True)
+    assert zipfile.ZipFile(other).read("notes/a.txt") == b"keep me"
+    assert leftovers(tmp_path) == []

@@ -214,6 +214,9 @@ def test_serve_load_rows_are_its_summary():
     assert rows["32 clients: p99 ms, dynamic / one at a time"] == "286.7 / 744.2"
     assert rows["resident MB over the run, dynamic batching"] == "350.2 to 474.3"
     assert rows["resident MB growth over the repeated 32-client cell"] == "20.4"
+    peer = {**summary, "libretranslate_p99_ms": 900.0, "dynamic_vs_libretranslate_throughput": 2.5}
+    rows = dict(report.figures(_record("serve_load", "2026-01-01T00:00:00Z", {"summary": peer})))
+    assert rows["32 clients: sentences/s, dynamic batching / libretranslate (same model)"] == "2.50"
 
 
 def test_gpu_levers_rows_give_each_lever_the_profile_and_the_loss_gap():

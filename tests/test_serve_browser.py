@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from aiayn.cli import main
-from serve_browser import browser_page, served, show_lines, translate_on_page
+from serve_browser import PHONE, chromium, new_page, served, show_lines, translate_on_page
 from serve_helpers import request
 from tiny_checkpoint import save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
@@ -29,39 +29,159 @@ def ckpt(tmp_path_factory):
 @pytest.fixture(scope="module")
 def url(ckpt):
     """A real `aiayn serve` process (one for the module: it takes seconds to start)."""
-    with served(ckpt, "--max-sentences", "2") as url:
+    with served(ckpt, "--max-sentences", "3") as url:
         yield url
 
 
 @pytest.fixture(scope="module")
-def page():
-    with browser_page() as page:
-        yield page
+def browser():
+    with chromium() as browser:
+        yield browser
 
 
-def test_the_page_translates_and_draws_the_attention_of_a_clicked_piece(url, page, tmp_path):
+@pytest.fixture(scope="module")
+def page(browser):
+    return new_page(browser)
+
+
+@pytest.fixture(scope="module")
+def phone(browser):
+    return new_page(browser, PHONE)
+
+
+def api(url: str, texts: list[str]) -> list[dict]:
+    """/v1/translate's translations of `texts`, as the page asks for them."""
+    body = {"text": texts, "attention": True, "alignment": True}
+    return request(f"{url}/v1/translate", body).body["translations"]
+
+
+def words(labels: list[str]) -> str:
+    """The text the page's piece labels spell: "-er" continues the word before it, as
+    punctuation does, "␣" is a word's start alone, ⟨start⟩ and ⟨end⟩ the decoder's start
+    and the end."""
+    text = " ".join(l for l in labels if l not in ("⟨start⟩", "⟨end⟩", "␣"))
+    return re.sub(r" ([.,;:!?])", r"\1", text.replace(" -", ""))
+
+
+def shown_pieces(page, side: str) -> list[str]:
+    return page.locator(f'svg.lines text.tok[data-side="{side}"]').all_text_contents()
+
+
+def test_the_page_shows_the_apis_translation_and_attention_as_words(url, page, tmp_path):
     shown = translate_on_page(page, url, SENTENCE)
-    api = request(f"{url}/v1/translate", {"text": SENTENCE, "attention": True}).body
-    (reply,) = api["translations"]
+    (reply,) = api(url, [SENTENCE])
     assert shown == [reply["text"]]
-    a = reply["attention"]
+    assert page.text_content("#chosen-target") == " ".join(reply["text"].split())
+    a = reply["sentences"][0]["attention"]
+    # it opens on the cross attention's most readable layer, with a legend for its heads
+    controls = page.evaluate("[...document.querySelectorAll('.controls select')].map(s => s.value)")
+    assert controls == ["cross", str(a["readable_layer"]["cross"]), "all"]
+    heads = len(a["cross"][0])
+    assert page.locator(".legend .head-key").count() == heads
+    assert "shifted right by one" in page.text_content(".legend .note")
+    # pieces as words: no sentencepiece mark anywhere, and the source pieces spell the text
+    assert any(p.startswith("\u2581") for p in a["source"])  # the JSON has them
+    assert "\u2581" not in page.inner_text("body")
+    assert words(shown_pieces(page, "right")) == SENTENCE
+    assert shown_pieces(page, "left")[0] == "⟨start⟩"
     # decoder self-attention, layer 2, head 1, query piece 2: the pieces up to it
     drawn = show_lines(page, "decoder", 1, "0", "left", 2)
     assert drawn == [w for w in a["decoder"][1][0][2] if w > 0] and len(drawn) == 3
     # encoder-decoder attention, every head, source piece 1: from each target piece
     drawn = show_lines(page, "cross", 0, "all", "right", 1)
-    heads = a["cross"][0]
-    assert drawn == [w for head in heads for row in head for w in row[1:2] if w > 0]
-    assert len(drawn) == len(heads) * len(a["target"])
-    assert page.locator("svg.heat").count() == len(a["cross"]) * len(heads)
+    assert drawn == [w for head in a["cross"][0] for row in head for w in row[1:2] if w > 0]
+    assert len(drawn) == heads * len(a["target"])
+    assert page.locator("svg.heat").count() == len(a["cross"]) * heads
+    assert "\u2581" not in page.inner_text("body")
     page.screenshot(path=str(tmp_path / "serve.png"), full_page=True)
     assert (tmp_path / "serve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_page_shows_an_error_line_and_the_server_goes_on(url, page):
-    with pytest.raises(RuntimeError, match="413: too many sentences: 3"):
-        translate_on_page(page, url, "a\nb\nc")
-    assert translate_on_page(page, url, "a")  # the same page, afterwards
+def test_a_clicked_heat_map_cell_shows_the_weight_of_the_json(url, page):
+    translate_on_page(page, url, SENTENCE)
+    (reply,) = api(url, [SENTENCE])
+    cross = reply["sentences"][0]["attention"]["cross"]
+    layer, head, query, key = 1, 2, 1, 3
+    page.click(f'svg.heat[data-layer="{layer}"][data-head="{head}"] '
+               f'rect[data-query="{query}"][data-key="{key}"]')  # fmt: skip
+    cell = page.locator(f'table.weights tr.picked td[data-head="{head}"][data-index="{key}"]')
+    assert float(cell.text_content()) == cross[layer][head][query][key]
+    row = page.locator("table.weights tr.picked td").all_text_contents()
+    assert row == [f"{cross[layer][head][query][key]:.4f}"]  # the picked head alone
+    assert page.locator("svg.heat.picked").get_attribute("data-layer") == str(layer)
+    for k in range(len(cross[layer][head][query])):  # the whole row, key by key
+        shown = page.text_content(f'table.weights td[data-head="{head}"][data-index="{k}"]')
+        assert float(shown) == cross[layer][head][query][k]
+
+
+def test_paragraphs_are_shown_as_paragraphs_and_ctrl_enter_translates(url, page):
+    paragraphs = ["Die Katze sitzt. Der Hund sitzt auf einer Matte.", "der Hund"]
+    shown = translate_on_page(page, url, "\n\n".join(paragraphs), keys=True)
+    replies = api(url, paragraphs)  # the server cuts each paragraph into sentences
+    sentences = [s for reply in replies for s in reply["sentences"]]
+    assert [len(reply["sentences"]) for reply in replies] == [2, 1]
+    assert shown == [s["text"] for s in sentences]
+    assert page.locator("#results p.paragraph").all_text_contents() == [r["text"] for r in replies]
+    page.click('#results .translation[data-index="1"]')  # the second sentence's attention
+    assert page.text_content("#chosen-source") == "Der Hund sitzt auf einer Matte."
+    assert words(shown_pieces(page, "right")) == "Der Hund sitzt auf einer Matte."
+
+
+def test_a_clicked_word_marks_the_words_aligned_with_it(url, page):
+    translate_on_page(page, url, SENTENCE)
+    (reply,) = api(url, [SENTENCE])
+    links = reply["sentences"][0]["alignment"]  # [source word, target word]
+    source, target = SENTENCE.split(), reply["text"].split()
+    assert page.locator("#chosen-source .word").all_text_contents() == source
+    assert page.locator("#chosen-target .word").all_text_contents() == target
+    for j in range(len(target)):
+        page.click(f'#chosen-target .word[data-index="{j}"]')
+        marked = page.locator("#chosen-source .word.aligned").all_text_contents()
+        assert marked == [source[i] for i in sorted({i for i, t in links if t == j})]
+    i = links[0][0]
+    page.click(f'#chosen-source .word[data-index="{i}"]')
+    marked = page.locator("#chosen-target .word.aligned").all_text_contents()
+    assert marked == [target[t] for t in sorted({t for s, t in links if s == i})] and marked
+
+
+def test_busy_while_a_request_is_in_flight_and_an_error_replaces_the_results(url, page):
+    assert translate_on_page(page, url, "der Hund")
+    held = []
+    page.route("**/v1/translate", lambda route: held.append(route))
+    try:
+        page.fill("#source", "die Katze")
+        page.click("#translate")
+        page.wait_for_selector("body[data-state=busy]")
+        while not held:  # the request waits here, in flight, until continued
+            page.wait_for_timeout(20)
+        assert page.is_disabled("#translate")
+        assert page.text_content("#status") == "Translating 1 paragraph…"
+        held[0].continue_()
+        page.wait_for_selector("body[data-state=done]")
+    finally:
+        page.unroute("**/v1/translate")
+    assert page.locator("#results .translation").all_text_contents() == [
+        api(url, ["die Katze"])[0]["text"]
+    ]
+    with pytest.raises(RuntimeError, match="413: too many sentences: 4"):
+        translate_on_page(page, url, "a\n\nb\n\nc\n\nd")  # a sentence a paragraph
+    assert page.get_attribute("#status", "role") == "alert"
+    assert page.locator("#results .translation").count() == 0  # no old results under it
+    assert page.is_hidden("#chosen") and page.locator("svg.lines").count() == 0
+    assert translate_on_page(page, url, "a")  # the same page and server, afterwards
+
+
+def test_on_a_phone_the_page_fits_the_screen(url, phone):
+    shown = translate_on_page(phone, url, SENTENCE)
+    assert shown == [api(url, [SENTENCE])[0]["text"]]
+    assert phone.evaluate("window.innerWidth") == 390  # the viewport tag: not a 980 px page
+    show_lines(phone, "cross", None, "all", "left", 1)  # the lines and the table of weights
+    assert phone.locator("table.weights").count() == 1
+    width = phone.evaluate("document.documentElement.scrollWidth")
+    assert width <= 390  # no horizontal scrolling
+    box = phone.locator("svg.lines").bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= 390
+    assert "\u2581" not in phone.inner_text("body")
 
 
 def test_the_attention_html_holds_the_json_data_and_draws_it_offline(ckpt, page, tmp_path):

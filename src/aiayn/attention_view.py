@@ -4,6 +4,7 @@
     maps.cross[layer, head]          # (tgt_len, src_len): decoder position -> source piece
     maps = explain(translator, "The cat sits.")            # on the model's own translation
     json.dumps(to_bertviz(maps))     # bertviz's layout: Encoder, Decoder, Cross
+    readable_layers(maps)            # {"encoder": 1, "decoder": 0, "cross": 1}: pages open there
 
 The weights come from one teacher-forced `model(src, tgt_in)` call, no cache: a forward
 pre-hook on each `MultiHeadAttention` records the inputs it is given, and the weights are
@@ -153,15 +154,42 @@ def explain(
     )
 
 
+def _entropy(p: Tensor) -> Tensor:
+    """Entropy in nats of distributions over the last dimension (0 log 0 = 0)."""
+    return -(p * p.clamp_min(1e-30).log()).sum(-1)
+
+
+def readability(weights: Tensor) -> Tensor:
+    """How much each layer's weights say about which key a query reads, (layers, heads,
+    q_len, k_len) -> (layers,): for each head, the mutual information in nats between the
+    query position (uniform) and the key it attends to, H(mean of the rows) - mean of the
+    rows' H, averaged over the heads. It is 0 for uniform rows, and 0 again where every row
+    looks at the same key (a "sink" such as the final </s>); it is largest where each query
+    puts its weight on a key of its own, as a word aligned to a word does (Figures 3-5)."""
+    w = weights.double()
+    rows = _entropy(w).mean(-1)  # (layers, heads): the rows' mean entropy
+    spread = _entropy(w.mean(-2))  # (layers, heads): the entropy of the mean row
+    return (spread - rows).mean(-1)  # (layers,)
+
+
+def readable_layers(maps: AttentionMaps) -> dict[str, int]:
+    """Each kind's most readable layer (0-based) for this sentence (`readability`): the
+    layer the pages open on, rather than layer 1, whose weights are usually the most diffuse."""
+    return {kind: int(readability(maps.kind(kind)).argmax()) for kind in KINDS}
+
+
 def rounded(weights: Tensor, digits: int = 5) -> list:
-    """Weights as nested lists of floats rounded to `digits` decimals (compact JSON)."""
-    return torch.round(weights, decimals=digits).tolist()
+    """Weights as nested lists of floats rounded to `digits` decimals (compact JSON: in
+    float64, as float32's nearest to 0.0338 is printed 0.033799998462200165)."""
+    return torch.round(weights.double(), decimals=digits).tolist()
 
 
 def to_json(maps: AttentionMaps, digits: int = 5) -> dict:
-    """{"source", "target", "encoder", "decoder", "cross"}: the web page's layout."""
+    """{"source", "target", "encoder", "decoder", "cross", "readable_layer"}: the web
+    pages' layout; "readable_layer" holds each kind's `readable_layers`."""
     data: dict = {"source": maps.source, "target": maps.target}
     data.update({kind: rounded(maps.kind(kind), digits) for kind in KINDS})
+    data["readable_layer"] = readable_layers(maps)
     return data
 
 

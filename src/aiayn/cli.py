@@ -199,7 +199,7 @@ def _add_export(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("out", metavar="OUT", help="the model directory to write")
     p.add_argument("--checkpoint", required=True, metavar="DIR", help="checkpoint directory")
-    p.add_argument("--to", required=True, choices=("ctranslate2", "huggingface"),
+    p.add_argument("--to", required=True, choices=("ctranslate2", "huggingface", "argos"),
                    help="the library: CTranslate2, or HuggingFace transformers (MarianMT)")
     p.add_argument("--quantization", metavar="TYPE",
                    help="ctranslate2 only: int8, int8_float32, int8_float16, int8_bfloat16, "

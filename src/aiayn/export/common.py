@@ -1,4 +1,4 @@
-"""What the CTranslate2 and HuggingFace exports share: the refusal of a model the target
+"""What the exports (CTranslate2, HuggingFace, Argos) share: the refusal of a model the target
 cannot represent, the number of positions a table must hold, the vocabulary as strings,
 and an output directory that appears whole or not at all.
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,13 +66,24 @@ def write_marker(directory: Path, target: str, ckpt: Checkpoint, **extra: object
     (directory / MARKER).write_text(json.dumps(meta, indent=1) + "\n", "utf-8")
 
 
+def is_export(out: Path) -> bool:
+    """Whether `out` is an earlier export (or an empty directory): a directory holding
+    `aiayn-export.json`, or a zip archive (an Argos package) holding one."""
+    if out.is_symlink():
+        return False
+    if out.is_dir():
+        return (out / MARKER).is_file() or not any(out.iterdir())
+    if not zipfile.is_zipfile(out):
+        return False
+    with zipfile.ZipFile(out) as archive:
+        return any(Path(name).name == MARKER for name in archive.namelist())
+
+
 def check_output(out: Path, force: bool) -> None:
     """Refuse an OUT that exists (unless `force`) or that is not an earlier export."""
     if not out.exists() and not out.is_symlink():
         return
-    ours = out.is_dir() and not out.is_symlink()
-    ours = ours and ((out / MARKER).is_file() or not any(out.iterdir()))
-    if not ours:
+    if not is_export(out):
         raise ExportError(f"{out}: exists and is not an aiayn export; refusing to replace it")
     if not force:
         raise ExportError(f"{out}: exists; --force replaces it")

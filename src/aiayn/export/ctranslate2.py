@@ -161,15 +161,20 @@ def _vocabulary(spec, ckpt: Checkpoint) -> None:
     config.add_source_eos = True  # aiayn's sources end in eos (`Translator._encode`)
 
 
+def check_quantization(quantization: str | None) -> None:
+    """Refuse a weight type CTranslate2 does not have (None: float32)."""
+    if quantization is not None and quantization not in ACCEPTED_MODEL_TYPES:
+        raise ExportError(f"unknown --quantization {quantization!r}; CTranslate2 takes "
+                          f"{', '.join(ACCEPTED_MODEL_TYPES)}")  # fmt: skip
+
+
 def export_ctranslate2(
     checkpoint: str | Path, out: str | Path, quantization: str | None = None, force: bool = False
 ) -> Path:
     """Convert a checkpoint directory into CTranslate2 model directory `out`, weights stored
     as `quantization` (CTranslate2's names: int8, int8_float32, float16, ...; None: float32),
     with the sentencepiece model(s) and a README beside it."""
-    if quantization is not None and quantization not in ACCEPTED_MODEL_TYPES:
-        raise ExportError(f"unknown --quantization {quantization!r}; CTranslate2 takes "
-                          f"{', '.join(ACCEPTED_MODEL_TYPES)}")  # fmt: skip
+    check_quantization(quantization)
     ckpt = load_checkpoint(checkpoint)
     refuse_unrepresentable(TARGET, unrepresentable(ckpt.model))
     with written_atomically(out, force) as tmp:

@@ -1,0 +1,111 @@
+"""`benchmarks/serve_load.py` in seconds: one client and two, a request or two a cell, on a
+tiny checkpoint; aiayn's two modes, and a LibreTranslate peer serving the same model.
+
+The real LibreTranslate runs from a venv of its own (`make libretranslate`: its pinned
+packages conflict with this one's), which the benchmark uses and the suite does not build.
+Here the peer is a stand-in with LibreTranslate's command line and routes that translates with
+the real Argos package the benchmark exports and installs (argostranslate, in the dev
+install), so the benchmark's plumbing (export, install, offline settings, start, requests,
+report) runs in full."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from aiayn.checkpoint import save_checkpoint
+from aiayn.config import Config, DecodeConfig
+from aiayn.model.transformer import Transformer
+from conftest import tiny_model_config
+from tiny_checkpoint import tiny_vocab
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# LibreTranslate's command line and the two routes the benchmark uses, over argostranslate.
+STAND_IN = """#!{python}
+import argparse, json
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from argostranslate import translate
+
+parser = argparse.ArgumentParser()
+for flag in ("--host", "--port", "--load-only"):
+    parser.add_argument(flag)
+for flag in ("--disable-web-ui", "--disable-files-translation"):
+    parser.add_argument(flag, action="store_true")
+args = parser.parse_args()
+source, target = args.load_only.split(",")
+model = translate.get_translation_from_codes(source, target)
+
+class Handler(BaseHTTPRequestHandler):
+    def answer(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.answer([{{"code": source, "name": source, "targets": [target]}}])
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.answer({{"translatedText": model.translate(body["q"])}})
+
+    def log_message(self, *args):
+        pass
+
+ThreadingHTTPServer((args.host, int(args.port)), Handler).serve_forever()
+"""
+
+
+def stand_in(tmp_path: Path) -> Path:
+    """A `libretranslate` command beside a `python` that has argostranslate, as in a venv."""
+    bin_dir = tmp_path / "lt" / "bin"
+    bin_dir.mkdir(parents=True)
+    python = bin_dir / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')  # this venv's Python
+    python.chmod(0o755)
+    exe = bin_dir / "libretranslate"
+    exe.write_text(STAND_IN.format(python=sys.executable))
+    exe.chmod(0o755)
+    return exe
+
+
+def checkpoint(path: Path) -> Path:
+    """A random tiny model that records its languages (LibreTranslate finds it by them)."""
+    vocab = tiny_vocab()
+    config = Config(model=tiny_model_config(vocab_size=vocab.size),
+                    decode=DecodeConfig(max_len_offset=4))  # fmt: skip
+    torch.manual_seed(0)
+    meta = {"languages": {"source": "en", "target": "de"}}
+    return save_checkpoint(path, Transformer(config.model), config, vocab, vocab, meta=meta)
+
+
+def run(ckpt: Path, *options: str) -> dict:
+    command = [sys.executable, str(ROOT / "benchmarks" / "serve_load.py"), "--checkpoint",
+               str(ckpt), "--clients", "1", "2", "--seconds", "2", "--max-requests", "3",
+               "--threads", "1", "--no-save", *options]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def check_cells(cells: list[dict]) -> None:
+    assert [c["clients"] for c in cells] == [1, 2]
+    for cell in cells:
+        assert cell["errors"] == 0 and 0 < cell["requests"] <= 3
+        assert cell["sentences_per_s"] > 0 and cell["rss_mb_after"] > 0
+
+
+def test_serve_load_measures_both_modes_and_a_libretranslate_peer(tmp_path):
+    report = run(checkpoint(tmp_path / "ckpt"), "--libretranslate", str(stand_in(tmp_path)))
+    for mode in report["modes"].values():
+        check_cells(mode["cells"])
+    check_cells(report["peers"]["libretranslate"]["cells"])
+    summary = report["summary"]
+    assert summary["errors"] == 0 and summary["clients"] == 2
+    assert summary["libretranslate_sentences_per_s"] > 0
+    assert summary["dynamic_vs_libretranslate_throughput"] > 0
