@@ -110,5 +110,7 @@ def format_summary(result: Any) -> str:
         )
     if result.last_valid and "bleu" in result.last_valid:
         lines.append(f"  last dev BLEU (greedy, subset): {result.last_valid['bleu']:.2f}")
+    if result.train_flops:
+        lines.append(f"  training FLOPs:  {result.train_flops:.3g} (aiayn info --flops counts them)")
     lines.append(f"  final checkpoint: {result.final_checkpoint}")
     return "\n".join(lines)

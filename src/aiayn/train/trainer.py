@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from aiayn import fast
+from aiayn.analysis.flops import training_flops
 from aiayn.config import Config, apply_overrides
 from aiayn.data.run_data import RunData, load_run_data
 from aiayn.device import resolve_precision
@@ -56,6 +57,7 @@ class TrainResult:
     train_nll: float | None = None  # per target token, last update
     elapsed_s: float = 0.0
     signal: int | None = None  # the signal that interrupted the run, if one did
+    train_flops: float | None = None  # of all its updates (`analysis.flops`), resumed ones too
 
     @property
     def interrupted(self) -> bool:
@@ -239,6 +241,7 @@ class Trainer:
             best_checkpoint=self.checkpoints.best, best_valid_nll=self.state.best_valid_nll,
             last_valid=self.state.last_valid, train_nll=self.state.last_train_nll,
             elapsed_s=time.monotonic() - self.clock.start, signal=self.signal,
+            train_flops=training_flops(self.config, self.state.tokens_seen),
         )  # fmt: skip
         self.monitor.record("end", step, stopped=stopped, elapsed_s=round(result.elapsed_s, 1),
                             rank_weights_sha256=digests)  # fmt: skip
