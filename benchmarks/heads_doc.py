@@ -120,10 +120,10 @@ def analyse(args) -> dict:
 
 
 def _head_line(r: dict) -> str:
-    stats = {k: r[k] for k in ("distance", "previous", "same", "next", "eos", "punctuation")}
-    return (f"| {TITLES[r['kind']]}, layer {r['layer']}, head {r['head']} | {r['importance']:+.2f} | "
-            f"{r['distance']:.2f} | {r['entropy']:.2f} | {r['previous']:.2f} | {r['same']:.2f} | "
-            f"{r['next']:.2f} | {r['eos']:.2f} | {r['punctuation']:.2f} | {behaviour(stats)} |")
+    shares = ("distance", "entropy", "previous", "same", "next", "eos", "punctuation")
+    cells = " | ".join(f"{r[k]:.2f}" for k in shares)
+    return (f"| {TITLES[r['kind']]}, layer {r['layer']}, head {r['head']} | "
+            f"{r['importance']:+.2f} | {cells} | {behaviour(r)} |")
 
 
 def render(result: dict, source: str) -> str:
@@ -155,10 +155,12 @@ def render(result: dict, source: str) -> str:
                   f"Probe: where *{p['word']}* looks, and how much on *{p['partner']}*, "
                   f"{p['distance_words']} words away.", ""]  # fmt: skip
         for name, h in p["heads"].items():
-            best = " (the encoder head that gives it the largest share)" if name == p["best_head"] else ""
-            verdict = ("it is the largest share of the word's attention: this head follows the link."
-                       if h["follows"] else f"the largest share, {h['largest_share']:.2f}, goes to "
-                       f"*{h['largest']}*: this head does not follow the link.")  # fmt: skip
+            best = " (the encoder head that gives it the largest share)" * (name == p["best_head"])
+            verdict = (
+                "it is the largest share of the word's attention: this head follows the link."
+                if h["follows"] else f"the largest share, {h['largest_share']:.2f}, goes to "
+                f"*{h['largest']}*: this head does not follow the link."
+            )  # fmt: skip
             lines.append(f"- {name}{best}: *{p['word']}* gives {h['to_partner']:.2f} of its "
                          f"attention to *{p['partner']}*; {verdict}")  # fmt: skip
         lines += ["", *[f"![{name}]({name})" for name in p["pictures"]], ""]

@@ -169,7 +169,8 @@ def run_row(args, name: str, seed: int) -> dict:
         "model": {k: _value(config, f"model.{k}") for k in
                   ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v", "p_drop", "positional")},
         "eps_ls": config.train.eps_ls, "params": parameter_count(model),
-        "dev_nll": round(result.last_valid["nll"], 4), "dev_ppl": round(result.last_valid["ppl"], 3),
+        "dev_nll": round(result.last_valid["nll"], 4),
+        "dev_ppl": round(result.last_valid["ppl"], 3),
         "dev": {**scores, "lines": len(dev[0])},
         "train_s": round(train_s, 1), "train_cpu_s": round(train_cpu_s, 1),
         "meta": meta(__file__, args.note),
@@ -271,8 +272,8 @@ def costs(args) -> dict:
         for steps in (5, 5 + args.steps):
             run = args.work / "costs" / f"{name}_{steps}"
             shutil.rmtree(run, ignore_errors=True)  # a fresh run each time
-            config = row_config(name, 1, data_dir, run, steps, [*args.overrides,
-                "train.valid_every_steps=0", "train.save_every_minutes=0", "train.device=cpu"])  # fmt: skip
+            quiet = ["train.valid_every_steps=0", "train.save_every_minutes=0", "train.device=cpu"]
+            config = row_config(name, 1, data_dir, run, steps, [*args.overrides, *quiet])
             config = apply_overrides(config, [f"train.max_steps={steps}"])  # big too
             cpu = time.process_time()
             train(config)

@@ -107,9 +107,11 @@ def test_report_renders_the_table_and_marks_what_lies_outside_the_noise(tmp_path
               "base_seeds": [row("base", b, 6.0, False) for b in (30.0, 30.4, 29.8)],
               "noise": {"dev_bleu": table3.noise([30.0, 30.4, 29.8]),
                         "dev_ppl": table3.noise([6.0, 6.1, 5.9])},
-              "paper": {k: dict(zip(("ppl", "bleu", "params_m"), v)) for k, v in table3.PAPER.items()}}
+              "paper": {k: dict(zip(("ppl", "bleu", "params_m"), v))
+                        for k, v in table3.PAPER.items()}}  # fmt: skip
     record = {"meta": {"script": "table3", "utc": "2026-01-01T00:00:00Z", "commit": "abc1234",
-                       "dirty": False, "note": "", "command": ".venv/bin/python benchmarks/table3.py run",
+                       "dirty": False, "note": "",
+                       "command": ".venv/bin/python benchmarks/table3.py run",
                        "cpu": {"name": "Test CPU", "family": "6", "model": "1", "logical_cpus": 2},
                        "gpu": None},
               "result": result, "file": "t.json"}  # fmt: skip

@@ -81,8 +81,9 @@ class HeadReport:
         out = []
         for head, values in self.stats.items():
             lost = None if self.importance is None else round(self.importance[head], 2)
+            stats = {k: round(v, 4) for k, v in values.items()}
             out.append({"kind": head.kind, "layer": head.layer + 1, "head": head.head + 1,
-                        **{k: round(v, 4) for k, v in values.items()}, "importance": lost})  # fmt: skip
+                        **stats, "importance": lost})  # fmt: skip
         return out
 
     def to_json(self) -> dict:
@@ -189,9 +190,9 @@ def attention_statistics(
         for row, i in enumerate(batch):
             source = [src_vocab.piece(t) for t in pairs[i][0]]
             target = [tgt_vocab.piece(t) for t in [tgt_vocab.bos_id, *pairs[i][1]]]
-            for kind in KINDS:
-                q, k = (source, source) if kind == "encoder" else (
-                    (target, target) if kind == "decoder" else (target, source))  # fmt: skip
+            sides = {"encoder": (source, source), "decoder": (target, target),
+                     "cross": (target, source)}  # (queries, keys)  # fmt: skip
+            for kind, (q, k) in sides.items():
                 w = weights[kind][:, row, :, : len(q), : len(k)]  # (layers, heads, q, k)
                 for stat, value in sentence_sums(w, q, k, kind == "cross").items():
                     sums[kind][stat] += value
@@ -312,10 +313,10 @@ def masked_translations(
 
 
 def _search(translator: Translator, src: Tensor, options: dict) -> list[list[int]]:
-    decode = translator.decode
+    model, decode = translator.model, translator.decode
     if decode.beam == 1:
-        return [h.tokens if h else [] for h in greedy_search(translator.model, src, decode, **options)]
-    return [h[0].tokens if h else [] for h in beam_search(translator.model, src, decode, **options)]
+        return [h.tokens if h else [] for h in greedy_search(model, src, decode, **options)]
+    return [h[0].tokens if h else [] for h in beam_search(model, src, decode, **options)]
 
 
 # --- the whole analysis -----------------------------------------------------------------

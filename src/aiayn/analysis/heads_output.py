@@ -34,13 +34,15 @@ def write_grid(report: HeadReport, path: str | Path) -> None:
     from matplotlib.figure import Figure  # the plot extra; no pyplot, no global state
 
     by_importance = report.importance is not None
-    values = report.importance if by_importance else {h: s["distance"] for h, s in report.stats.items()}
+    distance = {h: s["distance"] for h, s in report.stats.items()}
+    values = report.importance if by_importance else distance
     bound = max([abs(v) for v in values.values()] + [1e-9])
-    fig = Figure(figsize=(1.0 + 3.2 * len(KINDS), 0.9 + 0.55 * report.layers * max(1, report.heads / 6)),
-                 layout="constrained")  # fmt: skip
+    height = 0.9 + 0.55 * report.layers * max(1, report.heads / 6)
+    fig = Figure(figsize=(1.0 + 3.2 * len(KINDS), height), layout="constrained")
     axes = fig.subplots(1, len(KINDS), squeeze=False)[0]
     for ax, kind in zip(axes, KINDS):
-        grid = [[values[Head(kind, l, h)] for h in range(report.heads)] for l in range(report.layers)]
+        grid = [[values[Head(kind, l, h)] for h in range(report.heads)]
+                for l in range(report.layers)]  # fmt: skip
         image = ax.imshow(grid, cmap="RdBu_r" if by_importance else "Blues", aspect="auto",
                           vmin=-bound if by_importance else 0.0, vmax=bound)  # fmt: skip
         for l in range(report.layers):
