@@ -4,7 +4,7 @@ from one Multi30k base by the factors the paper's row is scaled by from its base
     # 1. what an update of each row costs on this CPU (one thread, as each of 2 jobs runs)
     .venv/bin/python benchmarks/table3.py costs [--rows base,C-d1024,big] [--steps 20]
     # 2. the table: every row and 3 seeds of the base, --jobs at a time; resumable
-    .venv/bin/python benchmarks/table3.py run [--rows ROWS] [--seeds 3] [--updates 1600]
+    .venv/bin/python benchmarks/table3.py run [--rows ROWS] [--seeds 3] [--updates 800]
                                               [--jobs 2] [--device cpu|cuda] [--work DIR]
 
 The rows: the presets of `aiayn.config.PRESETS` (configs/table3/) and `big`. A row's changes
@@ -28,17 +28,23 @@ When every row and seed asked for is written, the whole table is emitted as one 
 (`results.py`), from which `report.py` builds the README's table and
 `benchmarks/plots/table3.png`.
 
-Sizing (issue 46: the whole table in about four hours of 2 CPU cores without bf16): the
-22 runs cost about 28 base runs (big alone is 3 x its 3.3 x; C-d1024 3.1 x; C-N8 1.3 x;
-C-N2 0.4 x ...: `costs` measures them), so a base run may take about 1/28 of 2 x 4 hours
-of core time, two rows running at once with one thread each (`--jobs 2`: small models
-use one core better than two). `costs` gave the base about 0.55 CPU seconds per update at
-d_model 128, 8 heads, d_ff 512, N 3 and 4096-token updates on the 2-core Zen 3, and
-d_model 256 twice that: at 256 a run would get ~500 updates, too few for the base to
-translate (the Multi30k recipe needs ~1,500 to pass 30 BLEU). Hence the base is
-the half-width model at 1,600 updates (~15 minutes of one core, ~7 epochs), the recipe's
-other settings kept (lr_scale 0.5; warm-up 400, a quarter of the updates). A GPU runs eight
-rows at once (`--jobs 8 --device cuda`).
+Sizing (issue 46: the whole table in about four hours of 2 CPU cores, fp32 as on a CPU
+without bf16 products): two rows run at once, one thread each (`--jobs 2`; small models use
+one core better than two), so the budget is 8 core-hours. `costs` measured, in CPU seconds
+per update of one thread on a 2-core Zen 3 shared with other jobs (load 8-18, which
+inflates CPU time: a quiet machine is faster), 1.19 for a base at d_model 128 (8 heads,
+d_ff 512, N 3, 4096-token updates) and 3.36 at d_model 256 (d_ff 1024); at 128, big 3.25
+and A-h32 1.71 (32 heads of 4 dimensions cost more than their FLOPs). With the other rows
+from their FLOPs (`aiayn.analysis.flops`), the 22 runs cost about 30 base runs, big alone 8
+(3 x 2.7). A base of width 256 would get ~300 updates, too few to translate (the Multi30k
+recipe passes 25 BLEU near 800); at width 128 a run gets 800 updates (8 core-hours less
+60 s of scoring per run, over 30 x 1.19 s), about 7 epochs of Multi30k, and the table takes
+about 8.3 core-hours at the loaded costs. The recipe's other settings are kept (lr_scale
+0.5, 4096-token updates), with warm-up 300 (the recipe's 500 is most of 800 updates).
+800 updates is early in training: the rows are compared at a fixed, short budget, as the
+paper's were at its fixed 100K steps, but nearer the start. `costs --core-hours H` gives
+the updates that fit another budget from costs measured anew; a GPU runs eight rows at
+once (`--jobs 8 --device cuda`).
 """
 
 from __future__ import annotations
@@ -88,8 +94,8 @@ NOT_SCALED = ("train.keep_last",)  # how many checkpoints big kept: not part of 
 # theirs), its dropout 0.1, half the recipe's width (see the docstring's sizing)
 BASE = ["model.d_model=128", "model.n_heads=8", "model.d_ff=512", "model.n_layers=3",
         "model.p_drop=0.1", "train.eps_ls=0.1", "train.update_tokens=4096",
-        "train.lr_scale=0.5", "train.warmup=400", "train.max_time_minutes=0"]  # fmt: skip
-UPDATES = 1600
+        "train.lr_scale=0.5", "train.warmup=300", "train.max_time_minutes=0"]  # fmt: skip
+UPDATES = 800
 SAVES = 10  # checkpoints per run: where a run cut short resumes
 EVAL_CPU_S = 60  # CPU seconds a run's dev scores take, about (beam 4 over val, one thread)
 

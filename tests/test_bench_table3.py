@@ -123,3 +123,11 @@ def test_report_renders_the_table_and_marks_what_lies_outside_the_noise(tmp_path
     report.plot_table3([record], tmp_path / "a.png")
     report.plot_table3([copy.deepcopy(record)], tmp_path / "b.png")
     assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+
+
+def test_the_updates_that_fit_a_budget_count_the_seeds_and_bigs_longer_run():
+    cost = {"base": 1.0, "C-N2": 0.5, "big": 2.0}  # CPU seconds per update
+    # per update of every run: base 3 seeds x 1.0 + C-N2 0.5 + big 3 x 2.0 = 9.5 s;
+    # 5 runs keep 60 s each for their scores
+    assert table3.updates_in_budget(cost, 3, 1.0) == int((3600 - 5 * 60) / 9.5)
+    assert table3.updates_in_budget({"big": 2.0}, 3, 1.0) is None  # no base: no budget
