@@ -22,9 +22,13 @@ a note added after the run (the record's `annotation`) is shown as such.
   `length_extrapolation.py` result shows, in words and a table, from its figures alone;
   between `<!-- report:begin alignment -->` and its end marker, the word alignment figures
   of the latest `alignment.py` result;
+- `README.md` between `<!-- report:begin table3 -->` and its end marker: Table 3 re-run on
+  Multi30k (`table3.py`), each row beside the paper's, bold where outside the base's noise;
 - `benchmarks/plots/multi30k_bleu.png` (dev sacreBLEU of each saved checkpoint against its
-  training minutes), `benchmarks/plots/speed_ratios.png` (aiayn / peer, per machine) and
-  `benchmarks/plots/length_extrapolation.png` (sacreBLEU per source length, by positions).
+  training minutes), `benchmarks/plots/speed_ratios.png` (aiayn / peer, per machine),
+  `benchmarks/plots/length_extrapolation.png` (sacreBLEU per source length, by positions)
+  and `benchmarks/plots/table3.png` (Table 3's dev BLEU against parameters, ours and the
+  paper's).
 
 `--check` writes nothing and exits 1 if a README differs from what it would write (the
 test of the same name runs it). The plots are not checked: their bytes depend on the
@@ -45,8 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PLOTS = ROOT / "benchmarks" / "plots"
 READMES = {"summary": ROOT / "benchmarks" / "README.md", "results": ROOT / "README.md",
-           "extrapolation": ROOT / "README.md",
-           "alignment": ROOT / "README.md"}  # marker name -> the file that holds it
+           "extrapolation": ROOT / "README.md", "alignment": ROOT / "README.md",
+           "table3": ROOT / "README.md"}  # marker name -> the file that holds it
 OWN_OPTIONS = ("--note", "--results-dir", "--out", "--json-out")  # where and why: not part of a variant
 
 # The paper's rows of the Results table: what we have not run, with the paper's BLEU.
@@ -338,6 +342,19 @@ def _recipe_search(result: dict) -> list[tuple[str, str]]:
              f"{v['best']['bleu']:.2f} ({v['best']['bp']:.3f})") for v in done]  # fmt: skip
 
 
+def _table3(result: dict) -> list[tuple[str, str]]:
+    """The costs stage: CPU seconds per update per row; the table: the base's seeds and the
+    rows outside their noise."""
+    if result.get("stage") == "costs":
+        return [(f"{name}: CPU seconds per update, one thread", f"{s:.3f}")
+                for name, s in result["cpu_seconds_per_update"].items()]  # fmt: skip
+    bleu = result["noise"]["dev_bleu"]
+    rows = [(f"base, {bleu['n']} seeds: dev sacreBLEU mean (sd)", f"{bleu['mean']:.2f} ({bleu['sd']:.2f})")]
+    rows += [(f"{r['row']}: dev sacreBLEU, outside the base's noise", f"{r['dev']['bleu']:.2f}")
+             for r in result["rows"] if r["outside_noise"]["dev_bleu"]]  # fmt: skip
+    return rows
+
+
 def _alignment_choice(r: dict) -> str:
     heads = "heads averaged" if r["heads"] == "mean" else f"head {r['heads'] + 1}"
     return f"layer {r['layer'] + 1}, {heads}, {r['row']} row, {r['links']} links"
@@ -357,7 +374,7 @@ def _alignment(result: dict) -> list[tuple[str, str]]:
             for k in keys]  # fmt: skip
 
 
-SUMMARIES = {"train_speed": _train_speed, "gpu_levers": _gpu_levers, "recipe_search": _recipe_search, "multi30k": _multi30k, "demo": _demo,
+SUMMARIES = {"train_speed": _train_speed, "gpu_levers": _gpu_levers, "recipe_search": _recipe_search, "multi30k": _multi30k, "demo": _demo, "table3": _table3,
              "parse_demo": _parse_demo,
              "prepare_scale": _prepare_scale, "length_extrapolation": _length_extrapolation,
              "attention_window": _attention_window, "precision_curves": _precision_curves,
@@ -490,9 +507,9 @@ def extrapolation_text(records: list[dict]) -> str:
 
 def alignment_text(records: list[dict]) -> str:
     """README's word alignment figures: the latest `alignment.py` result."""
-    runs = [r for r in records if r["meta"]["script"] == "alignment"]
+    runs = [r for r in published(records) if r["meta"]["script"] == "alignment"]
     if not runs:
-        return "No `benchmarks/alignment.py` result file yet.\n"
+        return f"No `alignment.py` result of committed code yet ({NOT_COMMITTED}).\n"
     record = runs[-1]
     r = record["result"]
     default, best = r["default_in_src"], r["best_single_head"]
@@ -521,6 +538,57 @@ def _verdict(sinusoidal: float, learned: float, tokens: str) -> str:
             f"ahead of {worse}.")
 
 
+def _table3_runs(records: list[dict]) -> list[dict]:
+    """`table3.py run` results (not its costs stage), oldest first."""
+    return [r for r in records if r["meta"]["script"] == "table3" and "rows" in r["result"]]
+
+
+def _marked(value: float, outside: bool, digits: int) -> str:
+    return f"**{value:.{digits}f}**" if outside else f"{value:.{digits}f}"
+
+
+def table3_text(records: list[dict]) -> str:
+    """README's Table 3 on Multi30k from the latest `table3.py run` result: each row beside
+    the paper's, in bold where it lies outside the base's seed-to-seed noise."""
+    runs = _table3_runs(published(records))
+    if not runs:
+        return f"No `table3.py` result of committed code yet ({NOT_COMMITTED}).\n"
+    record = runs[-1]
+    r = record["result"]
+    bleu, ppl = r["noise"]["dev_bleu"], r["noise"]["dev_ppl"]
+    text = (
+        f"Each row of Table 3 scaled by the paper's factors from one Multi30k base (the first "
+        f"row: `BASE` in `benchmarks/table3.py`, over `configs/multi30k.yaml`), trained {r['updates']:,} updates (big: 3 times as many, as the paper's "
+        f"300K against 100K) on the same batches with the same seed, scored on val (the dev "
+        f"set): the last checkpoint, beam 4, sacreBLEU; perplexity per subword. Over "
+        f"{bleu['n']} seeds the base scores {bleu['mean']:.2f} BLEU (sd {bleu['sd']:.2f}) and "
+        f"{ppl['mean']:.2f} perplexity (sd {ppl['sd']:.2f}); a figure in **bold** lies outside "
+        f"the 95% prediction interval of another base run ({bleu['interval'][0]:.2f}–"
+        f"{bleu['interval'][1]:.2f} BLEU, {ppl['interval'][0]:.2f}–{ppl['interval'][1]:.2f} "
+        f"perplexity), a difference the seed alone would rarely make. The paper's figures are "
+        f"on newstest2013 (WMT14 En→De), beside ours ({machine(record)}, "
+        f"{_link(record, 'benchmarks/results/')}; plot: "
+        f"[benchmarks/plots/table3.png](benchmarks/plots/table3.png))."
+    )
+    rows = ["| row | N | d_model | d_ff | h | d_k | d_v | P_drop | ε_ls | positions | updates | "
+            "dev PPL | dev BLEU | params ×10⁶ | paper PPL | paper BLEU | paper params ×10⁶ |",
+            "|---" * 17 + "|"]  # fmt: skip
+    for row in r["rows"]:
+        m, paper, out = row["model"], r["paper"][row["row"]], row["outside_noise"]
+        params = "" if paper["params_m"] is None else paper["params_m"]
+        rows.append(
+            f"| {row['row']} | {m['n_layers']} | {m['d_model']} | {m['d_ff']} | {m['n_heads']} | "
+            f"{m['d_k']} | {m['d_v']} | {m['p_drop']:g} | {row['eps_ls']:g} | {m['positional']} | "
+            f"{row['updates']:,} | {_marked(row['dev_ppl'], out['dev_ppl'], 2)} | "
+            f"{_marked(row['dev']['bleu'], out['dev_bleu'], 2)} | {row['params'] / 1e6:.2f} | "
+            f"{paper['ppl']:.2f} | {paper['bleu']:.1f} | {params} |"
+        )
+    seeds = ", ".join(f"{s['dev']['bleu']:.2f}" for s in r["base_seeds"])
+    rows.append(f"| base, {bleu['n']} seeds | | | | | | | | | | | {ppl['mean']:.2f} ± "
+                f"{ppl['sd']:.2f} | {bleu['mean']:.2f} ± {bleu['sd']:.2f} ({seeds}) | | | | |")
+    return "\n".join([text, "", *rows]) + "\n"
+
+
 def replace_between(text: str, name: str, body: str, where: str = "README") -> str:
     """`text` with what lies between the `name` markers replaced by `body`."""
     begin, end = f"<!-- report:begin {name} -->\n", f"<!-- report:end {name} -->"
@@ -533,7 +601,8 @@ def replace_between(text: str, name: str, body: str, where: str = "README") -> s
 def readmes(records: list[dict], readme_paths: dict[str, Path] = READMES) -> dict[Path, str]:
     """path -> the README's text with its generated parts rebuilt."""
     makers = {"summary": summary_tables, "results": results_table,
-              "extrapolation": extrapolation_text, "alignment": alignment_text}  # fmt: skip
+               "extrapolation": extrapolation_text, "alignment": alignment_text,
+               "table3": table3_text}  # fmt: skip
     texts: dict[Path, str] = {}
     for name, path in readme_paths.items():
         text = texts.get(path) or path.read_text(encoding="utf-8")
@@ -614,6 +683,37 @@ def plot_extrapolation(records: list[dict], path: Path) -> None:
     _save(fig, path)
 
 
+def plot_table3(records: list[dict], path: Path) -> None:
+    """Dev BLEU against parameters, a point per row, ours (with the base's noise as a band)
+    beside the paper's (rows whose parameters the paper leaves blank: the base's)."""
+    plt = _figure()
+    fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.4), dpi=100)
+    runs = _table3_runs(records)
+    if runs:
+        r = runs[-1]["result"]
+        ours = [(row["params"] / 1e6, row["dev"]["bleu"], row["row"]) for row in r["rows"]]
+        base = r["paper"]["base"]["params_m"]
+        paper = [(p["params_m"] or base, p["bleu"], name) for name, p in r["paper"].items()]
+        low, high = r["noise"]["dev_bleu"]["interval"]
+        axes[0].axhspan(low, high, color="grey", alpha=0.2, label="base: 95% interval of a run")
+        axes[0].legend(fontsize=8)
+        for ax, points, title in ((axes[0], ours, f"Multi30k val, {machine(runs[-1]).split(' (')[0]}"),
+                                  (axes[1], paper, "the paper: newstest2013")):  # fmt: skip
+            ax.scatter([p[0] for p in points], [p[1] for p in points], s=14)
+            at: dict[tuple[float, float], list[str]] = {}  # rows at one point: one label
+            for x, y, name in points:
+                at.setdefault((x, y), []).append(name)
+            for (x, y), names in at.items():
+                ax.annotate(", ".join(names), (x, y), fontsize=6, xytext=(3, 2),
+                            textcoords="offset points")  # fmt: skip
+            ax.set(xscale="log", xlabel="parameters ×10⁶", ylabel="dev BLEU", title=title)
+            ax.grid(alpha=0.3)
+    else:
+        axes[0].text(0.5, 0.5, "no table3.py result file yet", ha="center",
+                     transform=axes[0].transAxes)  # fmt: skip
+    _save(fig, path)
+
+
 def _save(fig, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
@@ -650,6 +750,7 @@ def main(argv: list[str] | None = None) -> int:
     plot_bleu(published(records), PLOTS / "multi30k_bleu.png")
     plot_ratios(published(records), PLOTS / "speed_ratios.png")
     plot_extrapolation(published(records), PLOTS / "length_extrapolation.png")
+    plot_table3(published(records), PLOTS / "table3.png")
     return 0
 
 

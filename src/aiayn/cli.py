@@ -36,6 +36,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_score(sub)
     _add_export(sub)
     _add_attention(sub)
+    _add_heads(sub)
     _add_serve(sub)
     _add_parse(sub)
     return parser
@@ -73,15 +74,19 @@ def _add_info(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     p.add_argument("--vocab-size", type=int, help="vocabulary size (default: the config's)")
     p.add_argument("--json", action="store_true", help="one JSON object instead of text")
+    p.add_argument("--flops", action="store_true",
+                   help="also the training FLOPs per target token and over the config's run")
     p.set_defaults(run=_run_info)
 
 
 def _run_info(args: argparse.Namespace) -> int:
-    from aiayn.info import format_info, model_info
+    from aiayn.info import model_info, text_lines
 
-    vocab = [] if args.vocab_size is None else [f"model.vocab_size={args.vocab_size}"]
-    info = model_info(args.config, [*args.overrides, *vocab])
-    print(json.dumps(info) if args.json else format_info(info))
+    overrides = list(args.overrides)
+    if args.vocab_size is not None:
+        overrides.append(f"model.vocab_size={args.vocab_size}")
+    info = model_info(args.config, overrides, flops=args.flops)
+    print(json.dumps(info) if args.json else "\n".join(text_lines(info)))
     return 0
 
 
@@ -378,6 +383,34 @@ def _run_attention(args: argparse.Namespace) -> int:
         args.layer,
     )  # fmt: skip
     print(f"wrote {args.output}: {len(maps.source)} source and {len(maps.target)} target pieces")
+    return 0
+
+
+def _add_heads(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "heads", help="what each attention head does, and the dev BLEU lost without it",
+        description="Per layer, head and kind: mean attention distance in words, entropy, the "
+        "share on the previous / same / next word, on eos and on punctuation, over the model's "
+        "translations of --src; with --ref, the BLEU lost when that head alone is masked.",
+    )  # fmt: skip
+    _add_decode_options(p)
+    p.add_argument("--src", required=True, metavar="FILE", help="source sentences")
+    p.add_argument("--ref", metavar="FILE", help="their references: adds each head's importance")
+    p.add_argument("--lines", type=int, default=0, metavar="N", help="the first N only (all)")
+    p.add_argument("--group", type=int, default=8, metavar="G", help="masked heads per search (8)")
+    p.add_argument("--json", metavar="FILE", help="also write the table as JSON")
+    p.add_argument("--png", metavar="FILE", help="also draw the grid of layers x heads")
+    p.set_defaults(run=_run_heads)
+
+
+def _run_heads(args: argparse.Namespace) -> int:
+    from aiayn.analysis.heads_output import run_heads
+
+    if args.checkpoint is None:
+        raise ConfigError("give --checkpoint DIR")
+    report = run_heads(_translator(args), args.src, args.ref, args.lines, args.json, args.png,
+                       args.group)  # fmt: skip
+    print(report.text())
     return 0
 
 

@@ -4,7 +4,7 @@
     score_pairs(translator, ["A dog sleeps."], ["Ein Hund schläft."])   # [PairScore]
 
 One teacher-forced pass per batch of pairs, the training loss's log-probabilities (the
-log-softmax of the logits in float32 at least, as `train.loss.label_smoothed_loss` takes
+log-softmax of the logits in float32 at least, as `loss.label_smoothed_loss` takes
 them), the end of sentence included. `PairScore` gives the sum, the mean per token and the
 search's own score, log P / lp(|Y|) with GNMT's length penalty (`decode.strategy`), so a
 hypothesis the search found scores here what the search said it scored.

@@ -133,6 +133,7 @@ class TrainResult:
     train_nll: float | None = None  # per target token, last update
     elapsed_s: float = 0.0
     signal: int | None = None  # the signal that interrupted the run, if one did
+    train_flops: float | None = None  # of all its updates (`analysis.flops`), resumed ones too
 
     @property
     def interrupted(self) -> bool:
@@ -155,5 +156,7 @@ def format_summary(result: TrainResult) -> str:
         )
     if result.last_valid and "bleu" in result.last_valid:
         lines.append(f"  last dev BLEU (greedy, subset): {result.last_valid['bleu']:.2f}")
+    if result.train_flops:
+        lines.append(f"  training FLOPs:  {result.train_flops:.3g} (aiayn info --flops counts them)")
     lines.append(f"  final checkpoint: {result.final_checkpoint}")
     return "\n".join(lines)

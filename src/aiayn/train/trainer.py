@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from aiayn import fast
+from aiayn.analysis.flops import training_flops
 from aiayn.config import Config
 from aiayn.data.run_data import RunData, load_run_data
 from aiayn.device import autocast, resolve_precision
@@ -169,6 +170,7 @@ class Trainer:
             best_checkpoint=self.run_dir.best, best_valid_nll=self.state.best_valid_nll,
             last_valid=self.state.last_valid, train_nll=self.state.last_train_nll,
             elapsed_s=self.monitor.elapsed_s, signal=self.signal,
+            train_flops=training_flops(self.config, self.state.tokens_seen),
         )  # fmt: skip
         self.monitor.record("end", step, stopped=stopped, elapsed_s=round(result.elapsed_s, 1),
                             rank_weights_sha256=digests)  # fmt: skip

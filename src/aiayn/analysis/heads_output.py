@@ -1,0 +1,81 @@
+"""`aiayn heads`'s outputs: the text table, the JSON and a PNG grid of layers x heads.
+
+The grid has a panel per kind of attention (encoder self, decoder self, encoder-decoder),
+a cell per head: its colour the dev BLEU lost when it alone is masked (without references,
+its mean attention distance), its text that number and what the head mostly looks at
+(`prev`, `same`, `next`, `eos`, `punct`: a share above one half) or its distance in words.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from aiayn.analysis.heads import Head, HeadReport, analyse_heads
+from aiayn.attention_plot import _write_atomic
+from aiayn.attention_view import KINDS
+from aiayn.data.corpus import read_lines
+from aiayn.errors import DataError
+from aiayn.translate import Translator
+
+TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",
+          "cross": "encoder-decoder attention"}  # fmt: skip
+TAGS = {"previous": "prev", "same": "same", "next": "next", "eos": "eos", "punctuation": "punct"}
+
+
+def behaviour(stats: dict[str, float]) -> str:
+    """A head's short label: what holds more than half its attention, else its distance."""
+    share, name = max((stats[k], k) for k in TAGS)
+    return TAGS[name] if share > 0.5 else f"d {stats['distance']:.1f}"
+
+
+def write_grid(report: HeadReport, path: str | Path) -> None:
+    """The PNG grid of `report` (see the module's docstring)."""
+    from matplotlib.figure import Figure  # the plot extra; no pyplot, no global state
+
+    by_importance = report.importance is not None
+    distance = {h: s["distance"] for h, s in report.stats.items()}
+    values = report.importance if by_importance else distance
+    bound = max([abs(v) for v in values.values()] + [1e-9])
+    height = 0.9 + 0.55 * report.layers * max(1, report.heads / 6)
+    fig = Figure(figsize=(1.0 + 3.2 * len(KINDS), height), layout="constrained")
+    axes = fig.subplots(1, len(KINDS), squeeze=False)[0]
+    for ax, kind in zip(axes, KINDS):
+        grid = [[values[Head(kind, l, h)] for h in range(report.heads)]
+                for l in range(report.layers)]  # fmt: skip
+        image = ax.imshow(grid, cmap="RdBu_r" if by_importance else "Blues", aspect="auto",
+                          vmin=-bound if by_importance else 0.0, vmax=bound)  # fmt: skip
+        for l in range(report.layers):
+            for h in range(report.heads):
+                head = Head(kind, l, h)
+                number = f"{values[head]:+.1f}" if by_importance else ""
+                ax.text(h, l, f"{number}\n{behaviour(report.stats[head])}".strip(), ha="center",
+                        va="center", fontsize=6)  # fmt: skip
+        ax.set_xticks(range(report.heads), [str(h + 1) for h in range(report.heads)], fontsize=7)
+        ax.set_yticks(range(report.layers), [str(l + 1) for l in range(report.layers)], fontsize=7)
+        ax.set(xlabel="head", ylabel="layer", title=TITLES[kind])
+    label = "BLEU lost when masked" if by_importance else "mean distance, words"
+    fig.colorbar(image, ax=list(axes), label=label, shrink=0.8)
+    fig.suptitle(f"attention heads over {report.sentences} sentences", fontsize=10)
+    fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
+
+
+def run_heads(
+    translator: Translator, src: str | Path, ref: str | Path | None = None, lines: int = 0,
+    json_out: str | Path | None = None, png_out: str | Path | None = None, group: int = 8,
+) -> HeadReport:  # fmt: skip
+    """`aiayn heads`: the first `lines` (0: all) sentences of `src` (and of `ref`, which
+    adds each head's importance) analysed; JSON and the PNG grid written where asked."""
+    sources = list(read_lines(src))[: lines or None]
+    refs = None if ref is None else list(read_lines(ref))[: lines or None]
+    if refs is not None and len(refs) != len(sources):
+        raise DataError(f"{src} has {len(sources)} lines but {ref} has {len(refs)}")
+    if not sources:
+        raise DataError(f"{src}: no sentences")
+    report = analyse_heads(translator, sources, refs, group)
+    if json_out is not None:
+        text = json.dumps(report.to_json(), indent=1) + "\n"
+        _write_atomic(Path(json_out), lambda p: p.write_text(text, encoding="utf-8"))
+    if png_out is not None:
+        _write_atomic(Path(png_out), lambda p: write_grid(report, p))
+    return report
