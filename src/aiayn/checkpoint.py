@@ -5,7 +5,8 @@ A checkpoint directory holds everything `aiayn translate` needs and nothing it m
     model.safetensors          weights (tied matrices stored once)
     config.yaml                the full `Config` the model was built from
     vocab.model (+ .json)      the joint sentencepiece vocabulary, or
-    src_vocab.model, tgt_vocab.model (+ .json) for separate vocabularies
+    src_vocab.model, tgt_vocab.model (+ .json) for separate vocabularies, or
+    src_vocab.marian, tgt_vocab.marian (+ .json) a MarianMT vocabulary's two sides
     checkpoint.json            format tag, step, creation time, what it was averaged from
     trainer_state.json         (training checkpoints) scalars, RNG states, data position
     trainer_state.safetensors  (training checkpoints) optimizer tensors
@@ -35,6 +36,7 @@ from safetensors.torch import load_file, save_file
 
 from aiayn.config import Config, from_dict, to_dict
 from aiayn.data.binarize import MANIFEST
+from aiayn.data.marian_vocab import SUFFIX, MarianVocab, load_vocab
 from aiayn.data.vocab import Vocab
 from aiayn.errors import AiaynError, CheckpointError
 from aiayn.jsonfile import read_object
@@ -46,6 +48,7 @@ WEIGHTS = "model.safetensors"
 CONFIG = "config.yaml"
 META = "checkpoint.json"
 SHARED_VOCAB, SRC_VOCAB, TGT_VOCAB = "vocab.model", "src_vocab.model", "tgt_vocab.model"
+MARIAN_VOCABS = f"src_vocab{SUFFIX}", f"tgt_vocab{SUFFIX}"  # `model.vocab_format: marian`
 TRAINER_JSON, TRAINER_TENSORS = "trainer_state.json", "trainer_state.safetensors"
 
 
@@ -116,11 +119,11 @@ def save_weights_checkpoint(
     try:
         save_file(weights, str(tmp / WEIGHTS), metadata={"format": FORMAT})
         (tmp / CONFIG).write_text(yaml.safe_dump(to_dict(config), sort_keys=False), "utf-8")
-        if config.model.shared_vocab:
-            tgt_vocab.save(tmp / SHARED_VOCAB)
-        else:
-            src_vocab.save(tmp / SRC_VOCAB)
-            tgt_vocab.save(tmp / TGT_VOCAB)
+        for name, vocab in zip(vocab_files(config), (src_vocab, tgt_vocab)):
+            if name.endswith(SUFFIX) != isinstance(vocab, MarianVocab):
+                raise CheckpointError(f"model.vocab_format={config.model.vocab_format} and "
+                                      f"a {type(vocab).__name__}: not a checkpoint")  # fmt: skip
+            vocab.save(tmp / name)
         header = {"format": FORMAT, "version": VERSION, "created": time.time(), **(meta or {}),
                   "weights_sha256": _sha256(tmp / WEIGHTS)}  # fmt: skip
         _write_json(tmp / META, header)
@@ -206,15 +209,31 @@ def read_config(path: Path) -> Config:
         raise CheckpointError(f"{path}: bad config: {err}") from None
 
 
+def vocab_files(config: Config) -> tuple[str, str]:
+    """The (source, target) vocabulary file names of a checkpoint of this config."""
+    if config.model.vocab_format == "marian":
+        return MARIAN_VOCABS
+    return (SHARED_VOCAB, SHARED_VOCAB) if config.model.shared_vocab else (SRC_VOCAB, TGT_VOCAB)
+
+
 def read_vocabs(path: Path, config: Config) -> tuple[Vocab, Vocab]:
-    names = (SHARED_VOCAB, SHARED_VOCAB) if config.model.shared_vocab else (SRC_VOCAB, TGT_VOCAB)
     vocabs = []
-    for name in names:
+    for name in vocab_files(config):
         try:
-            vocabs.append(Vocab.load(path / name))
+            vocabs.append(load_vocab(path / name))
         except AiaynError as err:
             raise CheckpointError(f"{path}: vocabulary {name} is missing or invalid ({err})") from None
     src_vocab, tgt_vocab = vocabs
+    m = config.model
+    ids = (tgt_vocab.pad_id, tgt_vocab.bos_id, tgt_vocab.eos_id)
+    if ids != (m.pad_id, m.bos_id, m.eos_id) or src_vocab.eos_id != m.eos_id:
+        raise CheckpointError(
+            f"{path}: the vocabulary's (pad, bos, eos) ids are {ids}, the config's "
+            f"(model.pad_id, model.bos_id, model.eos_id) = {(m.pad_id, m.bos_id, m.eos_id)}"
+        )
+    if m.vocab_format == "marian" and src_vocab.id_space != tgt_vocab.id_space:
+        raise CheckpointError(f"{path}: the two sides of its MarianMT vocabulary number "
+                              "their pieces differently")  # fmt: skip
     sizes = (src_vocab.size if not config.model.shared_vocab else None, tgt_vocab.size)
     if sizes != (config.model.src_vocab_size, config.model.vocab_size):
         raise CheckpointError(

@@ -34,6 +34,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_translate(sub)
     _add_evaluate(sub)
     _add_export(sub)
+    _add_import(sub)
     _add_attention(sub)
     _add_serve(sub)
     _add_parse(sub)
@@ -269,6 +270,30 @@ def _run_export(args: argparse.Namespace) -> int:
     out = export_checkpoint(args.checkpoint, args.to, args.out, args.quantization, args.force)
     print(f"exported {args.checkpoint} to {args.to}: {out} (see {out}/README.md or "
           "the README's Deploy section)")  # fmt: skip
+    return 0
+
+
+def _add_import(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "import",
+        help="write a HuggingFace MarianMT (OPUS-MT) model directory as an aiayn checkpoint",
+        description="Import a model directory of another library as a checkpoint OUT: --from "
+        "huggingface reads a MarianMTModel directory (config.json, model.safetensors or "
+        "pytorch_model.bin, source.spm, target.spm, vocab.json), such as an OPUS-MT model's.",
+    )
+    p.add_argument("dir", metavar="DIR", help="the model directory to read")
+    p.add_argument("out", metavar="OUT", help="the checkpoint directory to write")
+    p.add_argument("--from", dest="source", required=True, choices=("huggingface",),
+                   help="the library: HuggingFace transformers (MarianMT)")
+    p.add_argument("--force", action="store_true", help="replace OUT if it is a checkpoint")
+    p.set_defaults(run=_run_import)
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    from aiayn.convert import import_model
+
+    out = import_model(args.dir, args.source, args.out, args.force)
+    print(f"imported {args.dir} from {args.source}: {out}")
     return 0
 
 

@@ -151,6 +151,8 @@ class Translator:
                 limits = output_limits(self.model, src, self.decode.max_len_offset)  # (batch,)
                 capped += int(limits.le(self.decode.min_len).sum())
             with search_options(self.search, self.model) as kwargs:  # the fast path's topk and cache, or the core's
+                m = self.model.config  # the decoder's first input and last output (sec. 3.1)
+                kwargs.update(bos_id=m.bos_id, eos_id=m.eos_id)
                 if self.decode.beam == 1:
                     best = greedy_search(self.model, src, self.decode, **kwargs)
                     hyps = [[h] if h else [] for h in best]

@@ -107,6 +107,32 @@ def test_the_fast_projection_is_sec_3_4s_output_layer(dtype):
         close(a, b, dtype)
 
 
+@pytest.mark.parametrize("activation", ["swish", "gelu"])
+def test_another_activation_or_an_output_bias_keeps_its_core_piece_and_the_function(activation):
+    """The fused feed-forward is eq. 2's ReLU and the chunked loss has no bias: a swish or
+    gelu model keeps the core feed-forward, a model with an output bias the core loss, and
+    the fast projection (which takes the bias) computes the same logits and loss."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_model_config(activation=activation, output_bias=True)).double()
+    with torch.no_grad():
+        model.output_bias.normal_()
+    src, tgt = torch.randint(4, 23, (3, 7)), torch.randint(4, 23, (3, 6))
+    positions, target = real_positions(tgt[:, 1:], 0, torch.device("cpu"))
+    core = RealTokenLoss(model, 0.1)
+    expected_logits = model(src, tgt[:, :-1])
+    expected = core(src, tgt[:, :-1], positions, target)
+    objective = fast.apply(core)
+    assert objective is core  # no chunked loss: its logits would lose the bias
+    kinds = {type(m) for m in model.modules()}
+    assert PositionwiseFeedForward in kinds and FusedFeedForward not in kinds
+    assert OneDnnProjection in kinds
+    close(model(src, tgt[:, :-1]), expected_logits, torch.float64)
+    for a, b in zip(objective(src, tgt[:, :-1], positions, target), expected):
+        close(a, b, torch.float64)
+    relu = Transformer(tiny_model_config())
+    assert isinstance(fast.apply(RealTokenLoss(relu, 0.1)), ChunkedRealTokenLoss)
+
+
 def test_decoding_attention_falls_back_to_the_core_where_it_does_not_apply():
     """Inputs it does not take (dropout, the causal flag, keys that are transposed views)
     go to the core's computation itself, bit for bit."""

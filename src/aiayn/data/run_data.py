@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from aiayn.config import Config
-from aiayn.data.batching import Batch, TokenBatchSampler, collate
+from aiayn.data.batching import Batch, TokenBatchSampler, collate, special_ids
 from aiayn.data.binarize import BinarizedDataset, load_manifest, load_vocabs
 from aiayn.data.vocab import Vocab
 from aiayn.errors import ConfigError, DataError
@@ -36,7 +36,8 @@ class RunData:
         """This rank's training batches, epoch after epoch, from the sampler's position."""
         while True:
             for indices in self.sampler:
-                yield collate([self.train[int(i)] for i in indices], ids=indices)
+                examples = [self.train[int(i)] for i in indices]
+                yield collate(examples, *special_ids(self.config.model), ids=indices)
 
     def epochs_done(self) -> int:
         sampler = self.sampler
@@ -49,7 +50,7 @@ def load_run_data(config: Config, rank: int = 0, world_size: int = 1) -> RunData
         raise ConfigError("set data.dir to a directory made by `aiayn prepare`")
     manifest = load_manifest(config.data.dir)
     src_vocab, tgt_vocab = load_vocabs(config.data.dir)
-    joint = src_vocab.sha256 == tgt_vocab.sha256 and manifest["vocab"].get("joint", True)
+    joint = src_vocab.id_space == tgt_vocab.id_space and manifest["vocab"].get("joint", True)
     model = dataclasses.replace(
         config.model, vocab_size=tgt_vocab.size, src_vocab_size=None if joint else src_vocab.size
     )

@@ -45,7 +45,8 @@ def beam_search(
     config = config or DecodeConfig()
     max_len = output_limits(model, src, config.max_len_offset)
     c, pad_id = config, model.config.pad_id
-    strategy = BeamStrategy(max_len, c.beam, c.nbest, c.alpha, c.min_len, eos_id, pad_id, topk)
+    strategy = BeamStrategy(max_len, c.beam, c.nbest, c.alpha, c.min_len, eos_id, pad_id, topk,
+                            c.length_penalty, c.beam_rules)  # fmt: skip
     return run_search(model, src, strategy, bos_id, new_cache)
 
 
@@ -60,7 +61,7 @@ def greedy_search(
     config = config or DecodeConfig()
     max_len = output_limits(model, src, config.max_len_offset)
     c, pad_id = config, model.config.pad_id
-    strategy = GreedyStrategy(max_len, c.alpha, c.min_len, eos_id, pad_id, topk)
+    strategy = GreedyStrategy(max_len, c.alpha, c.min_len, eos_id, pad_id, topk, c.length_penalty)
     found = run_search(model, src, strategy, bos_id, new_cache)
     return [hyps[0] if hyps else None for hyps in found]
 

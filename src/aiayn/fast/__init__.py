@@ -16,6 +16,9 @@ fast pieces, over the same parameters:
 | `ScaledDotProductAttention` (eq. 1) | `attention.DecodingAttention` | decoding steps on CPUs |
 | `RealTokenLoss` (sec. 5.4) | `loss.ChunkedRealTokenLoss` | no (tokens, vocab) logits |
 
+The feed-forward swap is for eq. 2's ReLU and the chunked loss for logits without a bias:
+a model with another `model.activation` or with `model.output_bias` keeps those core pieces.
+
 Beside the swaps: `search.FastSearch` (a faster top-k and cache memory kept between
 searches), `int8.quantize_int8` (int8 weights for CPU decoding) and
 `attention.kernel_preference` (the GPU attention kernel). `--reference` (`train.fast:
@@ -66,7 +69,7 @@ def _fast_piece(module: nn.Module, compiled: bool) -> nn.Module | None:
         return OneDnnLinear.from_core(module)
     if kind is Projection:
         return OneDnnProjection()
-    if kind is PositionwiseFeedForward:
+    if kind is PositionwiseFeedForward and type(module.activation) is nn.ReLU:  # its fused ReLU
         return FusedFeedForward.from_core(module)
     if kind is nn.Dropout:
         return CompactDropout.from_core(module)
@@ -74,6 +77,6 @@ def _fast_piece(module: nn.Module, compiled: bool) -> nn.Module | None:
         return FastResidual.from_core(module)
     if kind is ScaledDotProductAttention:
         return DecodingAttention()
-    if kind is RealTokenLoss:
+    if kind is RealTokenLoss and module.model.output_bias is None:  # its logits have none
         return ChunkedRealTokenLoss.from_core(module, compiled)
     return None

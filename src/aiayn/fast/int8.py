@@ -46,7 +46,8 @@ def quantize_int8(model: Transformer) -> Transformer:
             # An untied out_proj is read through `output_weight`, packed below.
             if isinstance(module, nn.Linear) and name != "out_proj":
                 model.set_submodule(name, Int8Linear.pack(module.weight, module.bias, reduce_range))
-        model.projection = Int8Projection(Int8Linear.pack(weight, None, reduce_range))
+        bias = model.output_bias
+        model.projection = Int8Projection(Int8Linear.pack(weight, bias, reduce_range))
     finally:
         torch.backends.quantized.engine = previous
     return model
@@ -94,14 +95,16 @@ class Int8Linear(nn.Module):
 
 
 class Int8Projection(Projection):
-    """The pre-softmax projection with the output weight's int8 copy; the float weight the
-    model passes in is not used."""
+    """The pre-softmax projection with the output weight's int8 copy (and the output bias,
+    if any, packed with it); the float weight and bias the model passes in are not used."""
 
     def __init__(self, int8: Int8Linear) -> None:
         super().__init__()
         self.int8 = int8
 
-    def forward(self, hidden: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
         return self.int8(hidden)  # (..., d_model) -> (..., vocab)
 
 

@@ -45,8 +45,8 @@ class OneDnnProjection(Projection):
 
     max_rows: int | None = None  # see `linear`
 
-    def forward(self, hidden: Tensor, weight: Tensor) -> Tensor:
-        return linear(hidden, weight, max_rows=self.max_rows)  # (..., d_model) -> (..., vocab)
+    def forward(self, hidden: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        return linear(hidden, weight, bias, self.max_rows)  # (..., d_model) -> (..., vocab)
 
 
 def linear(
@@ -116,7 +116,7 @@ def warm_up(model: nn.Module) -> int:
         if isinstance(module, OneDnnLinear):
             weights.append((module.weight, module.bias))
         elif isinstance(module, OneDnnProjection):
-            weights.append((model.output_weight, None))
+            weights.append((model.output_weight, model.output_bias))
         else:
             continue
         module.max_rows = MAX_ROWS

@@ -26,11 +26,12 @@ from aiayn.model.layers import DecoderLayer, Embedding, EncoderLayer, Positional
 
 class Projection(nn.Module):
     """The pre-softmax linear transformation (sec. 3.4), hidden W^T with W the (vocab,
-    d_model) output weight, which the model passes in since it is the embedding when tied.
-    A module with no weights of its own, so that the fast path can swap in its product."""
+    d_model) output weight (+ `model.output_bias`), which the model passes in since it is the
+    embedding when tied. A module with no weights of its own, so that the fast path can swap
+    in its product."""
 
-    def forward(self, hidden: Tensor, weight: Tensor) -> Tensor:
-        return F.linear(hidden, weight)  # (..., d_model) -> (..., vocab)
+    def forward(self, hidden: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        return F.linear(hidden, weight, bias)  # (..., d_model) -> (..., vocab)
 
 
 class Transformer(nn.Module):
@@ -45,6 +46,7 @@ class Transformer(nn.Module):
         if not c.tie_embeddings:
             self.out_proj = nn.Linear(c.d_model, c.vocab_size, bias=False)
         self.projection = Projection()
+        self.output_bias = nn.Parameter(torch.zeros(c.vocab_size)) if c.output_bias else None
         # Sec. 3.5. Learned positions (Table 3 row E) get a table per stack, as in ConvS2S
         # [9], the paper's source for them, and tensor2tensor; the sinusoids are one function.
         learned = c.positional == "learned"
@@ -133,7 +135,7 @@ class Transformer(nn.Module):
 
     def project(self, hidden: Tensor) -> Tensor:
         """The pre-softmax linear transformation (sec. 3.4): (..., d_model) -> (..., vocab)."""
-        return self.projection(hidden, self.output_weight)
+        return self.projection(hidden, self.output_weight, self.output_bias)
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
         """Teacher-forced logits: (batch, src_len), (batch, tgt_len) -> (batch, tgt_len, vocab)."""
