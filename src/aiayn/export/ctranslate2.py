@@ -8,11 +8,12 @@ post-LN, before it for pre-LN, with a final norm per stack); self-attention's fi
 map is the fused [q; k; v] (aiayn's `w_qkv`), encoder-decoder attention's are queries and
 the fused [k; v] (`w_q`, `w_kv`). Biases only where the model has them (the paper's
 attention and output projection have none, sec. 3.2.2, 3.4); the feed-forward activation is
-the model's (eq. 2's ReLU, or swish or gelu: `model.activation`). The model's own position table (sec. 3.5's interleaved
-sinusoids, or Table 3 row E's learned ones) is written into the spec, as CTranslate2's
-default is concatenated sin | cos halves. Embeddings are scaled by sqrt(d_model) (sec. 3.4)
-and, where tied, the projection is the same matrix (stored once). Sources get eos appended
-by CTranslate2 (`add_source_eos`) and decoding starts from `model.bos_id`, as in aiayn.
+the model's (eq. 2's ReLU, or swish or gelu: `model.activation`). The model's own position
+table (sec. 3.5's interleaved sinusoids, or Table 3 row E's learned ones) is written into
+the spec, as CTranslate2's default is concatenated sin | cos halves. Embeddings are scaled
+by sqrt(d_model) (sec. 3.4) and, where tied, the projection is the same matrix (stored
+once). Sources get eos appended by CTranslate2 (`add_source_eos`) and decoding starts from
+`model.bos_id`, as in aiayn.
 """
 
 from __future__ import annotations
