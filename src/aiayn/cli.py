@@ -125,6 +125,8 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab-sample", type=int, metavar="N",
                    help=f"vocabulary training sample ({default('vocab_sample_sentences'):,})")
     p.add_argument("--seed", type=int, help=f"seed of the vocabulary sample ({default('seed')})")
+    p.add_argument("--vocab-from", metavar="CKPT",
+                   help="encode with checkpoint CKPT's vocabulary, no new BPE (fine-tuning)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars, no report")
     p.set_defaults(run=_run_prepare)
@@ -142,6 +144,8 @@ def _run_prepare(args: argparse.Namespace) -> int:
     changes.update(overwrite=args.force, quiet=args.quiet)
     if args.separate_vocabs:
         changes["joint_vocab"] = False
+    if args.vocab_from is not None:  # instead of a recipe's vocabulary size
+        changes.update(vocab_from=args.vocab_from, vocab_size=args.vocab_size)
     own_files = [args.train, args.tsv, args.valid, args.test]
     if args.recipe == "parse":  # treebanks: --train/--valid/--test name tree files
         from aiayn.parsing import prepare as parsing
@@ -156,8 +160,10 @@ def _run_prepare(args: argparse.Namespace) -> int:
         from aiayn.data.prepare import prepare
 
         one_train = (args.train is None) != (args.tsv is None)
-        if args.valid is None or args.vocab_size is None or not one_train:
-            raise ConfigError("give --train PREFIX (or --tsv FILE), --valid PREFIX, --vocab-size N")
+        no_vocab = args.vocab_size is None and args.vocab_from is None
+        if args.valid is None or no_vocab or not one_train:
+            raise ConfigError("give --train PREFIX (or --tsv FILE), --valid PREFIX, --vocab-size "
+                              "N (or --vocab-from CKPT)")  # fmt: skip
         splits = {"train": args.train, "tsv": args.tsv, "valid": args.valid, "test": args.test}
         prepare(**splits, out=args.out, options=PrepareOptions(**changes))
     elif any(f is not None for f in own_files):
@@ -191,6 +197,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     p.add_argument("--resume", metavar="DIR",
                    help="continue from a checkpoint, or from a run's out_dir (its newest)")
+    p.add_argument("--init-from", metavar="CKPT",
+                   help="a new run from CKPT's weights (fine-tuning): fresh optimizer, schedule, "
+                   "data order; data prepared with --vocab-from CKPT, the same architecture")
     p.add_argument("--reference", action="store_true", help=REFERENCE_HELP + " (train.fast=false)")
     p.set_defaults(run=_run_train)  # fmt: skip
 
@@ -211,7 +220,7 @@ def _run_train(args: argparse.Namespace) -> int:
         config = resume_config(args.resume, overrides)
     else:
         config = load_config(name, overrides)
-    result = train(config, resume=args.resume)
+    result = train(config, resume=args.resume, init_from=args.init_from)
     return 128 + result.signal if result.interrupted and result.signal else 0
 
 

@@ -36,7 +36,7 @@ from aiayn.data.corpus import (
     resolve_split,
 )
 from aiayn.data.prepare_options import PrepareOptions
-from aiayn.checkpoint import read_config, read_vocabs
+from aiayn.checkpoint import read_config, read_meta, read_vocabs
 from aiayn.data.marian_vocab import SUFFIX, AnyVocab, MarianVocab
 from aiayn.data.vocab import Vocab, cpu_threads
 from aiayn.errors import DataError
@@ -226,6 +226,7 @@ def checkpoint_vocabs(checkpoint: str | Path) -> tuple[AnyVocab, AnyVocab]:
     """The (source, target) vocabularies of a checkpoint directory: `prepare --vocab-from`
     encodes new text with them, so that a model can go on training on it (fine-tuning)."""
     path = Path(checkpoint)
+    read_meta(path)  # a checkpoint, or an error saying what it is
     return read_vocabs(path, read_config(path))
 
 

@@ -27,6 +27,7 @@ from torch import nn
 from aiayn import fast
 from aiayn.config import Config, apply_overrides
 from aiayn.data.run_data import RunData, load_run_data
+from aiayn.train.init_from import init_from as init_weights_from
 from aiayn.device import resolve_precision
 from aiayn.errors import ConfigError, TrainingError
 from aiayn.fast.attention import kernel_preference
@@ -62,18 +63,24 @@ class TrainResult:
         return self.stopped == "interrupted"
 
 
-def train(config: Config, resume: str | Path | None = None) -> TrainResult:
+def train(
+    config: Config, resume: str | Path | None = None, init_from: str | Path | None = None
+) -> TrainResult:
     """Train as `config` says, in this process or, under `torchrun`, in each of its ranks.
 
     `resume`: a checkpoint directory, or a run's out_dir (its newest checkpoint): model,
     optimizer, schedule, every RNG and the data position are restored, so the run goes on
     as if it had never stopped. `config.model` must match the checkpoint's.
+    `init_from`: a checkpoint whose weights a new run starts from (`train/init_from.py`).
     """
+    if resume is not None and init_from is not None:
+        raise ConfigError("--init-from starts a new run from a checkpoint's weights, --resume "
+                          "continues a run: give one")  # fmt: skip
     started_here = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     env = distributed.setup(config.train.device)
     finished = False  # alike on every rank; after an error the others may never arrive
     try:
-        result = Trainer(config, env, resume).run()
+        result = Trainer(config, env, resume, init_from).run()
         finished = True
         return result
     finally:
@@ -113,7 +120,10 @@ class _Clock:
 class Trainer:
     """One run: builds everything in `__init__`, trains in `run`."""
 
-    def __init__(self, config: Config, env: distributed.DistEnv, resume: str | Path | None) -> None:
+    def __init__(
+        self, config: Config, env: distributed.DistEnv, resume: str | Path | None,
+        init_from: str | Path | None = None,
+    ) -> None:  # fmt: skip
         self.env, t = env, config.train
         if Path(t.out_dir).exists() and not Path(t.out_dir).is_dir():
             raise ConfigError(f"train.out_dir={t.out_dir} is a file; it must be a directory")
@@ -124,6 +134,9 @@ class Trainer:
             raise ConfigError("train.precision=fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
         seed_everything(t.seed)
         self.model = Transformer(config.model).to(env.device)
+        if init_from is not None:  # fine-tuning: a checkpoint's weights, all else this run's
+            data = self.data
+            init_weights_from(self.model, init_from, config, data.src_vocab, data.tgt_vocab)
         # The training objective, with its model; the fast path swaps in its pieces (both
         # over the same parameters) unless train.fast is off (--reference).
         self.loss = RealTokenLoss(self.model, t.eps_ls)
