@@ -33,8 +33,9 @@ def fake_multi30k(raw: Path) -> Path:
 def test_the_benchmark_measures_five_models_and_the_readme_paragraph_is_its_figures(
     tmp_path, monkeypatch
 ):
-    base = train(tiny_config(prepared_data(tmp_path / "m30k"), tmp_path / "base",
-                             "decode.max_len_offset=4", "decode.beam=2")).final_checkpoint  # fmt: skip
+    config = tiny_config(prepared_data(tmp_path / "m30k"), tmp_path / "base",
+                         "decode.max_len_offset=4", "decode.beam=2")  # fmt: skip
+    base = train(config).final_checkpoint
     argv = ["finetune.py", "--base", str(base), "--raw", str(fake_multi30k(tmp_path / "raw")),
             "--out", str(tmp_path / "out"), "--minutes", "0.06", "--save-at", "0.03",
             "--demo-train", "300", "--demo-test", "8", "--results-dir", str(tmp_path / "res"),
@@ -56,8 +57,10 @@ def test_the_benchmark_measures_five_models_and_the_readme_paragraph_is_its_figu
     assert f"The Multi30k model scores {base_demo:.2f} sacreBLEU" in text
     assert f"and {base_val:.2f} on Multi30k's val" in text
     tuned = models[1:3]
-    assert f"reaches {tuned[0]['demo_test']['bleu']:.2f} after {tuned[0]['minutes']:g} minutes" in text
+    first = tuned[0]
+    assert f"reaches {first['demo_test']['bleu']:.2f} after {first['minutes']:g} minutes" in text
     scratch = " and ".join(f"{m['demo_test']['bleu']:.2f}" for m in models[3:])
-    assert f"same minutes reaches {scratch} (" in text and f"(benchmarks/results/{path.name})" in text
+    assert f"same minutes reaches {scratch} (" in text
+    assert f"(benchmarks/results/{path.name})" in text
     assert text.count("| random weights |") == 2 and text.count("| Multi30k model |") == 3
     assert report.finetune_text([]).startswith("No `finetune.py` result file yet.")

@@ -48,8 +48,8 @@ def prepare_from(ckpt: Path, files: dict[str, Path], out: Path) -> Path:
 
 
 def test_prepare_vocab_from_encodes_with_the_checkpoints_vocabulary(base, new_text, tmp_path):
-    assert main(["prepare", "--train", str(new_text["train"]), "--valid", str(new_text["valid"]),
-                 "--vocab-from", str(base), "--out", str(tmp_path / "data"), "--quiet"]) == 0  # fmt: skip
+    args = ["prepare", "--train", str(new_text["train"]), "--valid", str(new_text["valid"])]
+    assert main([*args, "--vocab-from", str(base), "--out", str(tmp_path / "data"), "--quiet"]) == 0
     ckpt = load_checkpoint(base)
     src, tgt = load_vocabs(tmp_path / "data")
     assert src.model_bytes == tgt.model_bytes == ckpt.tgt_vocab.model_bytes  # no new BPE
@@ -130,7 +130,8 @@ def test_an_imported_opus_mt_model_fine_tunes_on_new_text(new_text, tmp_path):
     args = ["train", str(ckpt / "config.yaml"), "--init-from", str(ckpt), f"data.dir={data}",
             f"train.out_dir={tmp_path / 'run'}", "train.max_steps=3", "train.warmup=2",
             "train.valid_every_steps=3", "train.valid_bleu_lines=4", "train.device=cpu",
-            "data.max_tokens=400", "train.update_tokens=400", "train.save_every_minutes=0"]  # fmt: skip
+            "data.max_tokens=400", "train.update_tokens=400",
+            "train.save_every_minutes=0"]  # fmt: skip
     assert main(args) == 0
     log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").open()]
     valid = next(r for r in log if r["event"] == "valid")

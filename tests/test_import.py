@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from pathlib import Path
 
 import ctranslate2
@@ -28,8 +29,8 @@ from aiayn.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from aiayn.cli import main
 from aiayn.config import Config
 from aiayn.convert import import_model
-from aiayn.data.marian_vocab import MarianVocab
-from aiayn.errors import ModelImportError
+from aiayn.data.marian_vocab import MarianVocab, vocab_from_bytes
+from aiayn.errors import CheckpointError, ModelImportError
 from aiayn.export import export_checkpoint
 from aiayn.model.transformer import Transformer
 from aiayn.serve.service import ServeConfig
@@ -133,6 +134,21 @@ def test_pieces_and_ids_are_marian_tokenizers(opus):
         ids = torch.randint(0, loaded.tgt_vocab.size, (12,), generator=generator).tolist()
         ids[3:5] = [loaded.tgt_vocab.eos_id, loaded.tgt_vocab.pad_id]  # specials are dropped
         assert loaded.tgt_vocab.decode(ids) == tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def test_a_marian_vocabulary_is_one_file_and_a_damaged_one_is_named(opus, tmp_path):
+    _, ckpt = opus
+    loaded = load_checkpoint(ckpt)
+    for vocab in (loaded.src_vocab, tiny_vocab()):  # either kind comes back from its bytes
+        again = vocab_from_bytes(vocab.model_bytes)
+        assert type(again) is type(vocab) and again.sha256 == vocab.sha256
+    assert loaded.src_vocab.id_space == loaded.tgt_vocab.id_space  # one table, two models
+    assert loaded.src_vocab.sha256 != loaded.tgt_vocab.sha256
+    damaged = Path(shutil.copytree(ckpt, tmp_path / "ckpt"))
+    blob = (damaged / "src_vocab.marian").read_bytes()
+    (damaged / "src_vocab.marian").write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(CheckpointError, match="src_vocab.marian is missing or invalid"):
+        load_checkpoint(damaged)
 
 
 VARIANTS = {

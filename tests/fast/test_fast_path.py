@@ -11,6 +11,7 @@ runs are compared: the fast path draws its masks differently by design
 
 from __future__ import annotations
 
+import copy
 import json
 from types import SimpleNamespace
 
@@ -24,6 +25,7 @@ from aiayn.cli import main
 from aiayn.data.demo_corpus import demo_splits
 from aiayn.fast.dropout import FastResidual
 from aiayn.fast.feedforward import FusedFeedForward
+from aiayn.fast.int8 import Int8Projection, quantize_int8
 from aiayn.fast.linear import OneDnnProjection
 from aiayn.fast.loss import ChunkedRealTokenLoss
 from aiayn.model.attention import ScaledDotProductAttention
@@ -131,6 +133,22 @@ def test_another_activation_or_an_output_bias_keeps_its_core_piece_and_the_funct
         close(a, b, torch.float64)
     relu = Transformer(tiny_model_config())
     assert isinstance(fast.apply(RealTokenLoss(relu, 0.1)), ChunkedRealTokenLoss)
+
+
+def test_int8_keeps_the_output_bias():
+    """The int8 projection packs the output bias with its weight: logits within int8's
+    rounding of float32's, where a bias of std 3 left out would move them by ~3."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_model_config(activation="swish", output_bias=True)).eval()
+    with torch.no_grad():
+        model.output_bias.normal_(0, 3.0)
+    src, tgt = torch.randint(4, 23, (3, 7)), torch.randint(4, 23, (3, 6))
+    with torch.no_grad():
+        expected = model(src, tgt)
+        int8 = quantize_int8(fast.apply(copy.deepcopy(model)))
+        got = int8(src, tgt)
+    assert isinstance(int8.projection, Int8Projection)
+    assert (got - expected).abs().mean() < 0.05
 
 
 def test_decoding_attention_falls_back_to_the_core_where_it_does_not_apply():

@@ -86,8 +86,8 @@ class BeamStrategy:
     those that end in eos go to the sentence's finished list (the `nbest` best by penalised
     score), and the `beam` best of the others stay live. So the beam stays full while a
     sentence has hypotheses to extend. This is tensor2tensor's rule, the code behind the
-    paper's numbers (and fairseq's, Marian's, HuggingFace's); 2 * beam candidates always
-    hold `beam` that do not end in eos, since each hypothesis has at most one eos extension.
+    paper's numbers (HuggingFace's differ: `rules` below); 2 * beam candidates always hold
+    `beam` that do not end in eos, since each hypothesis has at most one eos extension.
     Keeping only the `beam` best, eos included, and letting ended ones leave their slots
     empty misses translations that this rule finds: a better hypothesis may grow from a
     fifth-best prefix.
