@@ -20,6 +20,7 @@ from aiayn.data.demo_corpus import demo_splits, write_splits
 from aiayn.data.marian_vocab import MarianVocab
 from aiayn.data.prepare import prepare
 from aiayn.data.prepare_options import PrepareOptions
+from aiayn.data.run_data import load_run_data
 from aiayn.errors import CheckpointError, ConfigError, DataError
 from aiayn.train.schedule import noam_lr
 from aiayn.train.trainer import Trainer, train
@@ -127,6 +128,9 @@ def test_an_imported_opus_mt_model_fine_tunes_on_new_text(new_text, tmp_path):
     src, tgt = load_vocabs(data)
     assert isinstance(src, MarianVocab) and src.spm_bytes == (directory / "source.spm").read_bytes()
     assert tgt.spm_bytes == (directory / "target.spm").read_bytes()
+    fresh = load_run_data(tiny_config(data, tmp_path / "fresh")).config.model  # the data's
+    assert (fresh.vocab_format, fresh.pad_id, fresh.bos_id, fresh.eos_id) == (
+        "marian", tgt.pad_id, tgt.pad_id, 0)  # fmt: skip
     args = ["train", str(ckpt / "config.yaml"), "--init-from", str(ckpt), f"data.dir={data}",
             f"train.out_dir={tmp_path / 'run'}", "train.max_steps=3", "train.warmup=2",
             "train.valid_every_steps=3", "train.valid_bleu_lines=4", "train.device=cpu",

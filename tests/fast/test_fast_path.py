@@ -218,7 +218,7 @@ def test_reference_flags_run_the_core(tmp_path, monkeypatch):
     """`train --reference` is train.fast=false; int8 is part of the fast path."""
     seen = []
 
-    def fake_train(config, resume=None):
+    def fake_train(config, resume=None, init_from=None):
         seen.append(config)
         return SimpleNamespace(interrupted=False, signal=None)
 
