@@ -28,8 +28,8 @@ from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
 from aiayn.checkpoint import Checkpoint, load_checkpoint, vocab_files
 from aiayn.errors import ExportError
 from aiayn.export.common import (
-    array, n_positions, pieces, refuse_unrepresentable, restricted_attention, write_marker,
-    written_atomically,
+    PENALTY, array, n_positions, pieces, refuse_unrepresentable, restricted_attention,
+    write_marker, written_atomically,
 )  # fmt: skip
 from aiayn.model.layers import sinusoid_table
 from aiayn.model.transformer import Transformer
@@ -50,14 +50,14 @@ target = sentencepiece.SentencePieceProcessor(model_file="{out}/{tgt_spm}")
 translator = ctranslate2.Translator("{out}", device="cpu")  # compute_type="int8" for speed
 sources = [source.encode(text, out_type=str) for text in ["The children open the door."]]
 results = translator.translate_batch(sources, beam_size={beam}, min_decoding_length={min_len},
-                                     max_decoding_length=256)
+                                     max_decoding_length=256, suppress_sequences={suppress})
 print([target.decode(r.hypotheses[0]) for r in results])
 ```
 
 CTranslate2 appends the source eos itself (`add_source_eos` in config.json) and starts
-decoding from `<s>`, as aiayn does. Its length penalty divides by length ** alpha, not by
-aiayn's ((5 + length) / 6) ** alpha, so beam search may pick other hypotheses than
-`aiayn translate`; greedy decoding (beam_size=1) picks the same tokens.
+decoding from `{start}`, as aiayn does; `suppress_sequences` keeps it from producing the
+padding and start tokens, as aiayn never does. Its length penalty divides by
+length ** alpha, {penalty}; greedy decoding (beam_size=1) picks the same tokens.
 """
 
 
@@ -181,8 +181,11 @@ def export_ctranslate2(
         AiaynConverter(ckpt).convert(str(tmp), quantization=quantization, force=True)
         src_spm, tgt_spm = _copy_vocabularies(ckpt, tmp)
         decode = ckpt.config.decode
+        c, names = ckpt.config.model, pieces(ckpt.tgt_vocab)
+        suppress = [[names[i]] for i in sorted({c.pad_id, c.bos_id})]
         text = README.format(out=Path(out), src_spm=src_spm, tgt_spm=tgt_spm, beam=decode.beam,
-                             min_len=decode.min_len)  # fmt: skip
+                             min_len=decode.min_len, suppress=suppress, start=names[c.bos_id],
+                             penalty=PENALTY[decode.length_penalty])  # fmt: skip
         (tmp / "README.md").write_text(text, "utf-8")
         write_marker(tmp, "ctranslate2", ckpt, quantization=quantization or "float32")
     return Path(out)

@@ -32,7 +32,7 @@ from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTo
 
 from aiayn.checkpoint import Checkpoint, load_checkpoint
 from aiayn.export.common import (
-    channel_order, n_positions, pieces, refuse_unrepresentable, restricted_attention,
+    PENALTY, channel_order, n_positions, pieces, refuse_unrepresentable, restricted_attention,
     write_marker, written_atomically,
 )  # fmt: skip
 from aiayn.model.transformer import Transformer
@@ -57,11 +57,6 @@ positional halves are the paper's interleaved sinusoids. Marian's LayerNorm epsi
 ({beam}) and alpha ({alpha}); Marian's length penalty divides by length ** alpha, {penalty};
 greedy decoding (num_beams=1) picks the same tokens.
 """
-PENALTY = {
-    "gnmt": "not by aiayn's ((5 + length) / 6) ** alpha, so beam search may pick other "
-    "hypotheses than `aiayn translate`",
-    "power": "as the checkpoint's `decode.length_penalty: power` does",
-}
 
 
 def unrepresentable(model: Transformer) -> list[str]:
