@@ -27,13 +27,13 @@ from torch import nn
 from aiayn import fast
 from aiayn.config import Config, apply_overrides
 from aiayn.data.run_data import RunData, load_run_data
-from aiayn.train.init_from import init_from as init_weights_from
 from aiayn.device import resolve_precision
 from aiayn.errors import ConfigError, TrainingError
 from aiayn.fast.attention import kernel_preference
 from aiayn.model.transformer import Transformer
 from aiayn.train import distributed
 from aiayn.train.checkpoints import RunCheckpoints, resume_candidates, step_checkpoints, step_name
+from aiayn.train.init_from import init_from as init_weights_from
 from aiayn.train.monitor import Monitor, format_summary, perplexity
 from aiayn.train.run_state import LoopState, TrainingState, collect_state, restore, write_checkpoint
 from aiayn.train.schedule import derive_accum_steps, make_optimizer, noam_lr, set_lr
