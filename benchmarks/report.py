@@ -50,7 +50,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 PLOTS = ROOT / "benchmarks" / "plots"
 READMES = {"summary": ROOT / "benchmarks" / "README.md", "results": ROOT / "README.md",
            "extrapolation": ROOT / "README.md", "alignment": ROOT / "README.md",
-           "table3": ROOT / "README.md"}  # marker name -> the file that holds it
+           "table3": ROOT / "README.md",
+           "finetune": ROOT / "README.md"}  # marker name -> the file that holds it
 OWN_OPTIONS = ("--note", "--results-dir", "--out", "--json-out")  # where and why: not part of a variant
 
 # The paper's rows of the Results table: what we have not run, with the paper's BLEU.
@@ -374,8 +375,22 @@ def _alignment(result: dict) -> list[tuple[str, str]]:
             for k in keys]  # fmt: skip
 
 
-SUMMARIES = {"train_speed": _train_speed, "gpu_levers": _gpu_levers, "recipe_search": _recipe_search, "multi30k": _multi30k, "demo": _demo, "table3": _table3,
-             "parse_demo": _parse_demo,
+def _started(model: dict) -> str:
+    """finetune.py's models: 'the base', 'from the base, 10 min', 'from random, 10 min'."""
+    if model["minutes"] == 0:
+        return "the base"
+    return f"from {model['start']}, {model['minutes']:g} min ({model['steps']} updates)"
+
+
+def _finetune(result: dict) -> list[tuple[str, str]]:
+    return [(f"sacreBLEU demo test / Multi30k val, {_started(m)}",
+             f"{m['demo_test']['bleu']:.2f} / {m['multi30k_val']['bleu']:.2f}")
+            for m in result["models"]]  # fmt: skip
+
+
+SUMMARIES = {"finetune": _finetune, "train_speed": _train_speed, "gpu_levers": _gpu_levers,
+             "recipe_search": _recipe_search, "multi30k": _multi30k, "demo": _demo,
+             "table3": _table3, "parse_demo": _parse_demo,
              "prepare_scale": _prepare_scale, "length_extrapolation": _length_extrapolation,
              "attention_window": _attention_window, "precision_curves": _precision_curves,
              "brevity": _brevity, "serve_load": _serve_load, "alignment": _alignment}
@@ -523,6 +538,38 @@ def alignment_text(records: list[dict]) -> str:
     )
 
 
+def finetune_text(records: list[dict]) -> str:
+    """README's account of the latest `finetune.py` result, every figure read from it."""
+    runs = [r for r in published(records) if r["meta"]["script"] == "finetune"]
+    if not runs:
+        return f"No `finetune.py` result of committed code yet ({NOT_COMMITTED}).\n"
+    record = runs[-1]
+    r = record["result"]
+    base = r["models"][0]
+    tuned = [m for m in r["models"] if m["start"] == "base" and m["minutes"] > 0]
+    scratch = [m for m in r["models"] if m["start"] == "random"]
+    demo, val = (lambda m: m["demo_test"]["bleu"]), (lambda m: m["multi30k_val"]["bleu"])
+    at = " and ".join(f"{demo(m):.2f} after {m['minutes']:g} minutes" for m in tuned)
+    kept = " and ".join(f"{val(m):.2f}" for m in tuned)
+    forgot = ": what it forgot" if all(val(m) < val(base) for m in tuned) else ""
+    text = (
+        f"The Multi30k model scores {demo(base):.2f} sacreBLEU on the demo corpus's test "
+        f"split ({r['demo']['test_pairs']} pairs) and {val(base):.2f} on Multi30k's val. "
+        f"Fine-tuned on the demo corpus ({r['demo']['train_pairs']:,} pairs, encoded with its "
+        f"vocabulary), it reaches {at} on the demo test, while its Multi30k val BLEU "
+        f"becomes {kept} (from {val(base):.2f}{forgot}); the same network trained from "
+        f"random weights for the same minutes reaches "
+        + " and ".join(f"{demo(m):.2f}" for m in scratch)
+        + f" ({machine(record)}, {_link(record, 'benchmarks/results/')})."
+    )
+    rows = ["| start | minutes | updates | demo test sacreBLEU | Multi30k val sacreBLEU |",
+            "|---" * 5 + "|"]  # fmt: skip
+    rows += [f"| {'Multi30k model' if m['start'] == 'base' else 'random weights'} | "
+             f"{m['minutes']:g} | {m['steps']} | {demo(m):.2f} | {val(m):.2f} |"
+             for m in r["models"]]  # fmt: skip
+    return "\n".join([text, "", *rows]) + "\n"
+
+
 def _kept(within: float, beyond: float) -> str:
     """'64% of it': the share of the in-range BLEU kept beyond it."""
     return f"{beyond / within:.0%} of it" if within > 0 else "no in-range BLEU to compare"
@@ -602,7 +649,7 @@ def readmes(records: list[dict], readme_paths: dict[str, Path] = READMES) -> dic
     """path -> the README's text with its generated parts rebuilt."""
     makers = {"summary": summary_tables, "results": results_table,
                "extrapolation": extrapolation_text, "alignment": alignment_text,
-               "table3": table3_text}  # fmt: skip
+               "table3": table3_text, "finetune": finetune_text}  # fmt: skip
     texts: dict[Path, str] = {}
     for name, path in readme_paths.items():
         text = texts.get(path) or path.read_text(encoding="utf-8")

@@ -92,3 +92,12 @@ def onednn(monkeypatch) -> bool:
     here = onednn_runs_here()
     monkeypatch.setattr(linear_module, "onednn_faster_here", lambda: here)
     return here
+
+
+def as_committed(record: dict) -> dict:
+    """A result record as `benchmarks/results.py` writes it for a run of committed code
+    (nothing changed at its start or end), whatever the tree it ran in: for tests of how
+    `report.py` renders results, which it publishes only of committed code."""
+    clean = {"commit": "abc1234" + "0" * 33, "dirty": False, "diff": None, "changed": []}
+    provenance = {"start": clean, "end": dict(clean), "exercised": {}, "changed_during_run": False}
+    return {**record, "meta": {**record["meta"], "provenance": provenance}}

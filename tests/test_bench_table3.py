@@ -19,6 +19,7 @@ from tiny_run import one_thread  # noqa: F401 (autouse fixture)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import report  # noqa: E402
 import table3  # noqa: E402
+from conftest import as_committed  # noqa: E402
 
 
 def flat(config) -> dict:
@@ -27,11 +28,6 @@ def flat(config) -> dict:
 
 def used(config, key: str):
     return table3._value(config, key)
-
-
-# A run's provenance as `results.py` records it for committed code (nothing changed).
-_CLEAN = {"commit": "abc1234" + "0" * 33, "dirty": False, "diff": None, "changed": []}
-COMMITTED = {"start": _CLEAN, "end": dict(_CLEAN), "exercised": {}, "changed_during_run": False}
 
 
 @pytest.mark.parametrize("name", table3.ROWS)
@@ -118,8 +114,9 @@ def test_report_renders_the_table_and_marks_what_lies_outside_the_noise(tmp_path
                        "dirty": False, "note": "",
                        "command": ".venv/bin/python benchmarks/table3.py run",
                        "cpu": {"name": "Test CPU", "family": "6", "model": "1", "logical_cpus": 2},
-                       "gpu": None, "provenance": COMMITTED},
+                       "gpu": None},
               "result": result, "file": "t.json"}  # fmt: skip
+    record = as_committed(record)
     text = report.table3_text([record])
     assert "| C-N2 | 3 | 128 |" in text and "| **25.50** |" in text and "| 30.00 |" in text
     assert "| 6.11 | 23.7 | 36 |" in text  # the paper's figures beside

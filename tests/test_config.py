@@ -60,6 +60,9 @@ def test_derived_head_dims_follow_d_model_overrides():
         ("train.seed=-1", "train.seed must be >= 0, got -1"),
         ("data.max_tokens=0", "data.max_tokens must be positive"),
         ("train.attention_kernel=fastest", "train.attention_kernel must be one of ['auto', "),
+        ("model.bos_id=37000", "model.bos_id=37000 is outside the vocabulary"),
+        ("model.activation=tanh", "model.activation must be one of ['relu', 'swish', 'gelu']"),
+        ("decode.beam_rules=fairseq", "must be one of ['t2t', 'transformers']"),
     ],
 )
 def test_bad_overrides_name_the_problem(override, message):

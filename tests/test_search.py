@@ -129,7 +129,7 @@ class FakeModel:
     shrinking move it as they move real keys; `rows` records the batch rows run at each step.
     """
 
-    config = SimpleNamespace(pad_id=PAD, positional="sinusoidal")
+    config = SimpleNamespace(pad_id=PAD, bos_id=BOS, eos_id=EOS, positional="sinusoidal")
 
     def __init__(self, table, default):
         self.table, self.default, self.rows = table, default, []

@@ -5,7 +5,8 @@ A checkpoint directory holds everything `aiayn translate` needs and nothing it m
     model.safetensors          weights (tied matrices stored once)
     config.yaml                the full `Config` the model was built from
     vocab.model (+ .json)      the joint sentencepiece vocabulary, or
-    src_vocab.model, tgt_vocab.model (+ .json) for separate vocabularies
+    src_vocab.model, tgt_vocab.model (+ .json) for separate vocabularies, or
+    src_vocab.marian, tgt_vocab.marian (+ .json) a MarianMT vocabulary's two sides
     checkpoint.json            format tag, step, creation time, what it was averaged from
     trainer_state.json         (training checkpoints) scalars, RNG states, data position
     trainer_state.safetensors  (training checkpoints) optimizer tensors
@@ -37,6 +38,7 @@ from safetensors.torch import load_file, save_file
 from aiayn.atomic_dir import new_directory
 from aiayn.config import Config, from_dict, to_dict
 from aiayn.data.binarize import MANIFEST
+from aiayn.data.marian_vocab import SUFFIX, MarianVocab, load_vocab
 from aiayn.data.vocab import Vocab
 from aiayn.errors import AiaynError, CheckpointError
 from aiayn.jsonfile import read_object
@@ -48,6 +50,7 @@ WEIGHTS = "model.safetensors"
 CONFIG = "config.yaml"
 META = "checkpoint.json"
 SHARED_VOCAB, SRC_VOCAB, TGT_VOCAB = "vocab.model", "src_vocab.model", "tgt_vocab.model"
+MARIAN_VOCABS = f"src_vocab{SUFFIX}", f"tgt_vocab{SUFFIX}"  # `model.vocab_format: marian`
 TRAINER_JSON, TRAINER_TENSORS = "trainer_state.json", "trainer_state.safetensors"
 
 
@@ -86,11 +89,11 @@ def save_checkpoint(
         with new_directory(path) as tmp:
             save_file(weights, str(tmp / WEIGHTS), metadata={"format": FORMAT})
             (tmp / CONFIG).write_text(yaml.safe_dump(to_dict(config), sort_keys=False), "utf-8")
-            if config.model.shared_vocab:
-                tgt_vocab.save(tmp / SHARED_VOCAB)
-            else:
-                src_vocab.save(tmp / SRC_VOCAB)
-                tgt_vocab.save(tmp / TGT_VOCAB)
+            for name, vocab in dict(zip(vocab_files(config), (src_vocab, tgt_vocab))).items():
+                if name.endswith(SUFFIX) != isinstance(vocab, MarianVocab):
+                    raise CheckpointError(f"model.vocab_format={config.model.vocab_format} and "
+                                          f"a {type(vocab).__name__}: not a checkpoint")  # fmt: skip
+                vocab.save(tmp / name)
             header = {"format": FORMAT, "version": VERSION, "created": time.time(),
                       **(meta or {}), "weights_sha256": _sha256(tmp / WEIGHTS)}  # fmt: skip
             if trainer_state is not None:
@@ -143,23 +146,31 @@ class Checkpoint:
 
     @functools.cached_property
     def vocabs(self) -> tuple[Vocab, Vocab]:
-        """(source, target) vocabularies; the same object twice for a shared one."""
-        model = self.config.model
-        names = (SHARED_VOCAB,) if model.shared_vocab else (SRC_VOCAB, TGT_VOCAB)
-        vocabs = []
-        for name in names:
+        """(source, target) vocabularies (the same object twice for a shared one), checked
+        against the config: their special ids, sizes and (MarianMT's) numbering."""
+        path, m = self.path, self.config.model
+        files = vocab_files(self.config)
+        loaded: dict[str, Vocab] = {}
+        for name in dict.fromkeys(files):
             try:
-                vocabs.append(Vocab.load(self.path / name))
+                loaded[name] = load_vocab(path / name)
             except AiaynError as err:
-                raise CheckpointError(
-                    f"{self.path}: vocabulary {name} is missing or invalid ({err})"
-                ) from None
-        src_vocab, tgt_vocab = vocabs[0], vocabs[-1]
-        sizes = (src_vocab.size if not model.shared_vocab else None, tgt_vocab.size)
-        if sizes != (model.src_vocab_size, model.vocab_size):
+                raise CheckpointError(f"{path}: vocabulary {name} is missing or invalid ({err})") from None
+        src_vocab, tgt_vocab = (loaded[name] for name in files)
+        ids = (tgt_vocab.pad_id, tgt_vocab.bos_id, tgt_vocab.eos_id)
+        if ids != (m.pad_id, m.bos_id, m.eos_id) or src_vocab.eos_id != m.eos_id:
             raise CheckpointError(
-                f"{self.path}: vocabulary sizes {sizes} do not match the config's "
-                f"(src_vocab_size, vocab_size) = {(model.src_vocab_size, model.vocab_size)}"
+                f"{path}: the vocabulary's (pad, bos, eos) ids are {ids}, the config's "
+                f"(model.pad_id, model.bos_id, model.eos_id) = {(m.pad_id, m.bos_id, m.eos_id)}"
+            )
+        if m.vocab_format == "marian" and src_vocab.id_space != tgt_vocab.id_space:
+            raise CheckpointError(f"{path}: the two sides of its MarianMT vocabulary number "
+                                  "their pieces differently")  # fmt: skip
+        sizes = (src_vocab.size if not m.shared_vocab else None, tgt_vocab.size)
+        if sizes != (m.src_vocab_size, m.vocab_size):
+            raise CheckpointError(
+                f"{path}: vocabulary sizes {sizes} do not match the config's "
+                f"(src_vocab_size, vocab_size) = {(m.src_vocab_size, m.vocab_size)}"
             )
         return src_vocab, tgt_vocab
 
@@ -261,6 +272,13 @@ def _read_meta(path: Path) -> dict[str, Any]:
             f"{path}: checkpoint version {meta['version']} is newer than this aiayn ({VERSION})"
         )
     return meta
+
+
+def vocab_files(config: Config) -> tuple[str, str]:
+    """The (source, target) vocabulary file names of a checkpoint of this config."""
+    if config.model.vocab_format == "marian":
+        return MARIAN_VOCABS
+    return (SHARED_VOCAB, SHARED_VOCAB) if config.model.shared_vocab else (SRC_VOCAB, TGT_VOCAB)
 
 
 def _non_finite(weights: dict[str, torch.Tensor]) -> list[str]:

@@ -35,6 +35,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_evaluate(sub)
     _add_score(sub)
     _add_export(sub)
+    _add_import(sub)
     _add_attention(sub)
     _add_heads(sub)
     _add_serve(sub)
@@ -125,6 +126,8 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--vocab-sample", type=int, metavar="N",
                    help=f"vocabulary training sample ({default('vocab_sample_sentences'):,})")
     p.add_argument("--seed", type=int, help=f"seed of the vocabulary sample ({default('seed')})")
+    p.add_argument("--vocab-from", metavar="CKPT",
+                   help="encode with checkpoint CKPT's vocabulary, no new BPE (fine-tuning)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars, no report")
     p.set_defaults(run=_run_prepare)
@@ -136,8 +139,11 @@ def _run_prepare(args: argparse.Namespace) -> int:
     options = {"vocab_size": args.vocab_size, "src": args.src, "tgt": args.tgt,
                "max_tokens_per_side": args.max_tokens_per_side, "max_len_ratio": args.max_len_ratio,
                "workers": args.workers, "vocab_sample_sentences": args.vocab_sample,
-               "seed": args.seed, "joint_vocab": False if args.separate_vocabs else None}  # fmt: skip
+               "seed": args.seed, "joint_vocab": False if args.separate_vocabs else None,
+               "vocab_from": args.vocab_from}  # fmt: skip
     changes = {key: value for key, value in options.items() if value is not None}
+    if args.vocab_from is not None:  # the checkpoint's vocabulary, not a recipe's size
+        changes["vocab_size"] = args.vocab_size
     prepare_any(args.recipe, args.out, {**changes, "overwrite": args.force, "quiet": args.quiet},
                 train=args.train, valid=args.valid, test=args.test, tsv=args.tsv,
                 from_dir=args.from_dir)  # fmt: skip
@@ -157,6 +163,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
     p.add_argument("--resume", metavar="DIR",
                    help="continue from a checkpoint, or from a run's out_dir (its newest)")
+    p.add_argument("--init-from", metavar="CKPT",
+                   help="a new run from CKPT's weights (fine-tuning): fresh optimizer, schedule, "
+                   "data order; data prepared with --vocab-from CKPT, the same architecture")
     p.add_argument("--reference", action="store_true", help=REFERENCE_HELP + " (train.fast=false)")
     p.set_defaults(run=_run_train)  # fmt: skip
 
@@ -166,7 +175,7 @@ def _run_train(args: argparse.Namespace) -> int:
     from aiayn.train.trainer import train
 
     config = run_config(args.config, list(args.overrides), args.resume, args.reference)
-    result = train(config, resume=args.resume)
+    result = train(config, resume=args.resume, init_from=args.init_from)
     return 128 + result.signal if result.interrupted and result.signal else 0
 
 
@@ -219,6 +228,30 @@ def _run_export(args: argparse.Namespace) -> int:
     out = export_checkpoint(args.checkpoint, args.to, args.out, args.quantization, args.force)
     print(f"exported {args.checkpoint} to {args.to}: {out} (see {out}/README.md or "
           "the README's Deploy section)")  # fmt: skip
+    return 0
+
+
+def _add_import(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "import",
+        help="write a HuggingFace MarianMT (OPUS-MT) model directory as an aiayn checkpoint",
+        description="Import a model directory of another library as a checkpoint OUT: --from "
+        "huggingface reads a MarianMTModel directory (config.json, model.safetensors or "
+        "pytorch_model.bin, source.spm, target.spm, vocab.json), such as an OPUS-MT model's.",
+    )
+    p.add_argument("dir", metavar="DIR", help="the model directory to read")
+    p.add_argument("out", metavar="OUT", help="the checkpoint directory to write")
+    p.add_argument("--from", dest="source", required=True, choices=("huggingface",),
+                   help="the library: HuggingFace transformers (MarianMT)")
+    p.add_argument("--force", action="store_true", help="replace OUT if it is a checkpoint")
+    p.set_defaults(run=_run_import)
+
+
+def _run_import(args: argparse.Namespace) -> int:
+    from aiayn.convert import import_model
+
+    out = import_model(args.dir, args.source, args.out, args.force)
+    print(f"imported {args.dir} from {args.source}: {out}")
     return 0
 
 

@@ -60,7 +60,20 @@ class ModelConfig:
     # Restricted self-attention (sec. 4, Table 1): each position attends to the positions
     # within this distance (the decoder: this many before it); 0, the paper's models: all.
     attention_window: int = 0
+    # Eq. 2's ReLU, or a later activation: swish (x sigmoid(x), OPUS-MT's) or gelu (exact).
+    activation: Literal["relu", "swish", "gelu"] = "relu"
+    # The paper's pre-softmax projection is the embedding matrix alone (sec. 3.4); true adds
+    # a bias to the logits (MarianMT's `final_logits_bias`).
+    output_bias: bool = False
     pad_id: int = 0
+    # The decoder's first input, the output "shifted right" (sec. 3.1), and the last output
+    # token: aiayn's <s> and </s>. MarianMT starts from its pad and ends with id 0.
+    bos_id: int = 2
+    eos_id: int = 3
+    # The vocabulary: aiayn's sentencepiece model(s), whose ids are the token ids, or
+    # MarianMT's (OPUS-MT): a source and a target sentencepiece model whose pieces one table
+    # numbers, one id space for both sides (`data/marian_vocab.py`).
+    vocab_format: Literal["sentencepiece", "marian"] = "sentencepiece"
 
     def __post_init__(self) -> None:
         _check_ranges(self, "model", ("vocab_size", "d_model", "n_heads", "d_ff", "n_layers",
@@ -76,8 +89,9 @@ class ModelConfig:
         for name in ("p_drop", "p_drop_attn", "p_drop_ffn"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ConfigError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
-        if not 0 <= self.pad_id < self.vocab_size:
-            raise ConfigError(f"model.pad_id={self.pad_id} is outside the vocabulary")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            if not 0 <= getattr(self, name) < self.vocab_size:
+                raise ConfigError(f"model.{name}={getattr(self, name)} is outside the vocabulary")
 
     # d_k and d_v stay None in the config when derived, so that an override of d_model or
     # n_heads re-derives them; the model reads these two properties.
@@ -177,6 +191,13 @@ class DecodeConfig:
     max_len_offset: int = 50
     min_len: int = 1  # tokens before eos at least: no empty translation (see README)
     nbest: int = 1
+    # How a hypothesis's log-probability is divided by its length |Y| (eos included): gnmt,
+    # ((5 + |Y|) / 6) ** alpha (GNMT's, which the paper's alpha refers to); power, |Y| ** alpha
+    # (HuggingFace transformers', CTranslate2's and Marian's).
+    length_penalty: Literal["gnmt", "power"] = "gnmt"
+    # Which hypotheses finish and when a sentence stops (`BeamStrategy`): t2t, the rules of
+    # tensor2tensor, the paper's code; transformers, HuggingFace's (for imported models).
+    beam_rules: Literal["t2t", "transformers"] = "t2t"
 
     def __post_init__(self) -> None:
         if self.beam < 1 or self.nbest < 1 or self.nbest > self.beam:

@@ -31,6 +31,10 @@ class ExportError(AiaynError):
     """A checkpoint another library cannot represent, or an export output that cannot be written."""
 
 
+class ModelImportError(AiaynError):
+    """Another library's model that aiayn cannot represent, or that is unsafe or corrupt."""
+
+
 # What to lower when a command runs out of memory: its options that size the work.
 LOWER_WHEN_OUT_OF_MEMORY = {
     "translate": "--max-tokens or --beam",

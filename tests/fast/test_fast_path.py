@@ -11,6 +11,7 @@ runs are compared: the fast path draws its masks differently by design
 
 from __future__ import annotations
 
+import copy
 import json
 from types import SimpleNamespace
 
@@ -25,6 +26,7 @@ from aiayn.data.demo_corpus import demo_splits
 from aiayn.decode.search import search as core_search
 from aiayn.fast.dropout import FastResidual
 from aiayn.fast.feedforward import FusedFeedForward
+from aiayn.fast.int8 import Int8Linear
 from aiayn.fast.linear import OneDnnLinear
 from aiayn.fast.loss import ChunkedRealTokenLoss
 from aiayn.model.attention import MultiHeadAttention
@@ -116,6 +118,48 @@ def test_the_grouped_attention_is_the_core_attention_without_the_shared_cache(cr
     assert torch.equal(ours(x, key_pad_mask=pad, **kwargs), core(x, key_pad_mask=pad, **kwargs))
 
 
+@pytest.mark.parametrize("activation", ["swish", "gelu"])
+def test_another_activation_or_an_output_bias_keeps_its_core_piece_and_the_function(activation):
+    """The fused feed-forward is eq. 2's ReLU and the chunked loss has no bias: a swish or
+    gelu model keeps the core feed-forward, a model with an output bias the core loss, and
+    the fast projection (oneDNN's product with the bias) computes the same logits and loss."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_model_config(activation=activation, output_bias=True)).double()
+    with torch.no_grad():
+        model.output_bias.normal_()
+    src, tgt = torch.randint(4, 23, (3, 7)), torch.randint(4, 23, (3, 6))
+    positions, target = real_positions(tgt[:, 1:], 0, torch.device("cpu"))
+    core = RealTokenLoss(model, 0.1)
+    expected_logits = model(src, tgt[:, :-1])
+    expected = core(src, tgt[:, :-1], positions, target)
+    objective = fast.for_training(core)
+    assert objective is core  # no chunked loss: its logits would lose the bias
+    kinds = {type(m) for m in model.modules()}
+    assert PositionwiseFeedForward in kinds and FusedFeedForward not in kinds
+    assert isinstance(model.out_proj, OneDnnLinear) and model.out_proj.bias is model.output_bias
+    close(model(src, tgt[:, :-1]), expected_logits, torch.float64)
+    for a, b in zip(objective(src, tgt[:, :-1], positions, target), expected):
+        close(a, b, torch.float64)
+    relu = Transformer(tiny_model_config())
+    assert isinstance(fast.for_training(RealTokenLoss(relu, 0.1)), ChunkedRealTokenLoss)
+
+
+def test_int8_keeps_the_output_bias():
+    """The int8 projection packs the output bias with its weight: logits within int8's
+    rounding of float32's, where a bias of std 3 left out would move them by ~3."""
+    torch.manual_seed(0)
+    model = Transformer(tiny_model_config(activation="swish", output_bias=True)).eval()
+    with torch.no_grad():
+        model.output_bias.normal_(0, 3.0)
+    src, tgt = torch.randint(4, 23, (3, 7)), torch.randint(4, 23, (3, 6))
+    with torch.no_grad():
+        expected = model(src, tgt)
+        int8 = fast.for_inference(copy.deepcopy(model), int8=True).model
+        got = int8(src, tgt)
+    assert isinstance(int8.out_proj, Int8Linear)
+    assert (got - expected).abs().mean() < 0.05
+
+
 @pytest.mark.parametrize("tied", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_the_chunked_loss_is_the_cores_loss_with_its_gradients(tied, dtype):
@@ -175,7 +219,7 @@ def test_reference_flags_run_the_core(tmp_path, monkeypatch):
     """`train --reference` is train.fast=false; int8 is part of the fast path."""
     seen = []
 
-    def fake_train(config, resume=None):
+    def fake_train(config, resume=None, init_from=None):
         seen.append(config)
         return SimpleNamespace(interrupted=False, signal=None)
 

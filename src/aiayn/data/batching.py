@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from aiayn.config import ModelConfig
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from aiayn.errors import DataError
 
@@ -98,6 +99,12 @@ def collate(
         n_tgt_tokens=sum(len(t) + 1 for _, t in examples),
         ids=list(range(n)) if ids is None else [int(i) for i in ids],
     )
+
+
+def special_ids(config: ModelConfig) -> tuple[int, int, int]:
+    """(pad_id, bos_id, eos_id) of a model (`collate`'s order): aiayn's vocabularies' 0, 2,
+    3, or those of the vocabulary it was imported with (`ModelConfig`)."""
+    return config.pad_id, config.bos_id, config.eos_id
 
 
 def token_batches(

@@ -31,6 +31,7 @@ from typing import BinaryIO
 import numpy as np
 
 from aiayn.data.corpus import FilterStats, LengthFilter
+from aiayn.data.marian_vocab import load_vocab, vocab_from_bytes
 from aiayn.data.vocab import Vocab
 from aiayn.errors import DataError
 from aiayn.jsonfile import read_object
@@ -105,8 +106,8 @@ _WORKER: dict[str, _ChunkEncoder] = {}
 
 
 def _init_worker(src_bytes: bytes, tgt_bytes: bytes, lf: LengthFilter, dtype: str) -> None:
-    src = Vocab.from_bytes(src_bytes)
-    tgt = src if tgt_bytes == src_bytes else Vocab.from_bytes(tgt_bytes)
+    src = vocab_from_bytes(src_bytes)
+    tgt = src if tgt_bytes == src_bytes else vocab_from_bytes(tgt_bytes)
     _WORKER["encoder"] = _ChunkEncoder(src, tgt, lf, np.dtype(dtype))
 
 
@@ -243,10 +244,10 @@ def load_vocabs(data_dir: str | Path) -> tuple[Vocab, Vocab]:
     """The (source, target) vocabularies a prepared directory was built with (one if joint),
     checked against the manifest: files copied in from another `prepare` are refused."""
     manifest = load_manifest(data_dir)
-    src = Vocab.load(Path(data_dir) / manifest["vocab"]["src"]["file"])
+    src = load_vocab(Path(data_dir) / manifest["vocab"]["src"]["file"])
     tgt = src
     if manifest["vocab"]["tgt"]["file"] != manifest["vocab"]["src"]["file"]:
-        tgt = Vocab.load(Path(data_dir) / manifest["vocab"]["tgt"]["file"])
+        tgt = load_vocab(Path(data_dir) / manifest["vocab"]["tgt"]["file"])
     _check_vocab(manifest, data_dir, src, tgt)
     return src, tgt
 

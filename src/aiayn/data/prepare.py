@@ -4,7 +4,9 @@ The output directory holds everything training needs and nothing it must recompu
 
     OUT/
       manifest.json                  counts, filters, vocabulary hashes, source checksums
-      vocab.model, vocab.json        joint BPE (or vocab.<src>.* and vocab.<tgt>.* if separate)
+      vocab.model, vocab.json        joint BPE (or vocab.<src>.* and vocab.<tgt>.* if separate),
+                                     or with --vocab-from a checkpoint's (vocab.<lang>.marian:
+                                     a MarianMT vocabulary's two sides)
       {train,valid,test}.{src,tgt}.bin / .idx    memory-mapped token shards (see binarize)
 
 It is written to a temporary sibling directory and renamed into place only when complete,
@@ -34,7 +36,9 @@ from aiayn.data.corpus import (
     resolve_split,
 )
 from aiayn.data.prepare_options import PrepareOptions
-from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Vocab, cpu_threads
+from aiayn.checkpoint import Checkpoint
+from aiayn.data.marian_vocab import SUFFIX, AnyVocab, MarianVocab
+from aiayn.data.vocab import Vocab, cpu_threads
 from aiayn.errors import DataError
 
 ROUNDTRIP_CHECK_LINES = 2000
@@ -169,8 +173,36 @@ def _side_sentences(files: ParallelFiles, sides: tuple[int, ...], bar: tqdm) -> 
 
 def _train_vocabs(
     splits: dict[str, ParallelFiles], tmp: Path, options: PrepareOptions, threads: int
-) -> tuple[dict, Vocab, Vocab]:
-    """Train the joint vocabulary (or one per language) on the training split and save it."""
+) -> tuple[dict, AnyVocab, AnyVocab]:
+    """Train the joint vocabulary (or one per language) on the training split, or take a
+    checkpoint's (`vocab_from`), and save it."""
+    o, src, tgt = options, options.src, options.tgt
+    if o.vocab_from is not None:
+        src_vocab, tgt_vocab = checkpoint_vocabs(o.vocab_from)
+        meta: dict = {"from_checkpoint": str(Path(o.vocab_from).resolve())}
+    else:
+        src_vocab, tgt_vocab = _trained_vocabs(splits, o, threads)
+        meta = {"sample_sentences": o.vocab_sample_sentences, "seed": o.seed}
+    joint = src_vocab.id_space == tgt_vocab.id_space  # one id space: tied embeddings
+    one_file = src_vocab.sha256 == tgt_vocab.sha256
+    suffix = SUFFIX if isinstance(tgt_vocab, MarianVocab) else ".model"
+    files = {"src": f"vocab{suffix}", "tgt": f"vocab{suffix}"}
+    if not one_file:
+        files = {"src": f"vocab.{src}{suffix}", "tgt": f"vocab.{tgt}{suffix}"}
+    info: dict = {"joint": joint}
+    for side, vocab, lang in (("src", src_vocab, src), ("tgt", tgt_vocab, tgt)):
+        vocab.save(tmp / files[side], languages=[src, tgt] if one_file else [lang], **meta)
+        info[side] = {"file": files[side], "sha256": vocab.sha256, "size": vocab.size}
+    info.update(pad_id=tgt_vocab.pad_id, unk_id=tgt_vocab.unk_id, bos_id=tgt_vocab.bos_id,
+                eos_id=tgt_vocab.eos_id, **meta)  # fmt: skip
+    info["roundtrip_failures"] = _roundtrip_failures(splits["valid"], src_vocab, tgt_vocab)
+    return info, src_vocab, tgt_vocab
+
+
+def _trained_vocabs(
+    splits: dict[str, ParallelFiles], options: PrepareOptions, threads: int
+) -> tuple[Vocab, Vocab]:
+    """BPE trained on the training split: one joint vocabulary (sec. 5.1) or one per side."""
     o, src, tgt = options, options.src, options.tgt
     plan = {"joint": ((0, 1),)} if o.joint_vocab else {src: ((0,),), tgt: ((1,),)}
     trained: dict[str, Vocab] = {}
@@ -185,25 +217,15 @@ def _train_vocabs(
                 threads=threads,
                 split_by_script=o.split_by_script,
             )
-    src_vocab = trained["joint"] if o.joint_vocab else trained[src]
-    tgt_vocab = trained["joint"] if o.joint_vocab else trained[tgt]
-    files = {"src": "vocab.model", "tgt": "vocab.model"}
-    if not o.joint_vocab:
-        files = {"src": f"vocab.{src}.model", "tgt": f"vocab.{tgt}.model"}
-    info: dict = {"joint": o.joint_vocab}
-    for side, vocab, lang in (("src", src_vocab, src), ("tgt", tgt_vocab, tgt)):
-        langs = [src, tgt] if o.joint_vocab else [lang]
-        vocab.save(
-            tmp / files[side],
-            languages=langs,
-            sample_sentences=o.vocab_sample_sentences,
-            seed=o.seed,
-        )
-        info[side] = {"file": files[side], "sha256": vocab.sha256, "size": vocab.size}
-    info.update(pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID)
-    info.update(sample_sentences=o.vocab_sample_sentences, seed=o.seed)
-    info["roundtrip_failures"] = _roundtrip_failures(splits["valid"], src_vocab, tgt_vocab)
-    return info, src_vocab, tgt_vocab
+    if o.joint_vocab:
+        return trained["joint"], trained["joint"]
+    return trained[src], trained[tgt]
+
+
+def checkpoint_vocabs(checkpoint: str | Path) -> tuple[AnyVocab, AnyVocab]:
+    """The (source, target) vocabularies of a checkpoint directory: `prepare --vocab-from`
+    encodes new text with them, so that a model can go on training on it (fine-tuning)."""
+    return Checkpoint(checkpoint).vocabs  # a checkpoint, or an error saying what it is
 
 
 def _roundtrip_failures(files: ParallelFiles, src_vocab: Vocab, tgt_vocab: Vocab) -> int:

@@ -20,7 +20,9 @@ from aiayn.errors import ConfigError
 class PrepareOptions:
     """Options of `prepare` (sec. 5.1: one BPE vocabulary shared by both languages)."""
 
-    vocab_size: int  # BPE pieces (each language's, with joint_vocab false)
+    vocab_size: int | None = None  # BPE pieces (each language's, with joint_vocab false)
+    # A checkpoint whose vocabulary encodes the text instead of a new BPE (fine-tuning)
+    vocab_from: str | None = None
     src: str = "en"  # source language: the suffix of the source files
     tgt: str = "de"  # target language
     joint_vocab: bool = True  # the paper's shared vocabulary; false: one per language
@@ -49,6 +51,12 @@ class PrepareOptions:
             raise ConfigError(f"the max length ratio must be a number >= 1, got {ratio}")
         if self.src == self.tgt:
             raise ConfigError(f"source and target languages are both {self.src!r}")
+        if (self.vocab_size is None) == (self.vocab_from is None):
+            raise ConfigError("give a vocabulary size (a new BPE vocabulary) or a checkpoint "
+                              "whose vocabulary to use (--vocab-from), not both")  # fmt: skip
+        if self.vocab_from is not None and not self.joint_vocab:
+            raise ConfigError("--separate-vocabs trains vocabularies; with --vocab-from the "
+                              "checkpoint's are used as they are")  # fmt: skip
 
 
 def default(name: str) -> object:

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from aiayn.config import Config
-from aiayn.data.batching import Batch, TokenBatchSampler, collate
+from aiayn.data.batching import Batch, TokenBatchSampler, collate, special_ids
 from aiayn.data.binarize import BinarizedDataset, load_manifest, load_vocabs
+from aiayn.data.marian_vocab import vocab_options
 from aiayn.data.vocab import Vocab
 from aiayn.errors import ConfigError, DataError
 
@@ -25,7 +26,7 @@ from aiayn.errors import ConfigError, DataError
 class RunData:
     """The prepared data of a run: vocabularies, train/valid splits, this rank's batches."""
 
-    config: Config  # the run's config, model vocabulary sizes set from the data
+    config: Config  # the run's config, model vocabulary sizes and special ids from the data
     src_vocab: Vocab
     tgt_vocab: Vocab
     train: BinarizedDataset
@@ -33,11 +34,16 @@ class RunData:
     sampler: TokenBatchSampler
     languages: dict[str, str | None]  # {"source": "en", "target": "de"}: saved in checkpoints
 
+    @property
+    def vocabs(self) -> tuple[Vocab, Vocab]:
+        return self.src_vocab, self.tgt_vocab
+
     def micro_batches(self) -> Iterator[Batch]:
         """This rank's training batches, epoch after epoch, from the sampler's position."""
         while True:
             for indices in self.sampler:
-                yield collate([self.train[int(i)] for i in indices], ids=indices)
+                examples = [self.train[int(i)] for i in indices]
+                yield collate(examples, *special_ids(self.config.model), ids=indices)
 
     def epochs_done(self) -> int:
         sampler = self.sampler
@@ -45,15 +51,17 @@ class RunData:
 
 
 def load_run_data(config: Config, rank: int = 0, world_size: int = 1) -> RunData:
-    """Open `config.data.dir`; the model's vocabulary sizes are set to the data's."""
+    """Open `config.data.dir`; the model's vocabulary sizes, special ids and vocabulary
+    format are set to the data's."""
     if not config.data.dir:
         raise ConfigError("set data.dir to a directory made by `aiayn prepare`")
     manifest = load_manifest(config.data.dir)
     src_vocab, tgt_vocab = load_vocabs(config.data.dir)
-    joint = src_vocab.sha256 == tgt_vocab.sha256 and manifest["vocab"].get("joint", True)
+    joint = src_vocab.id_space == tgt_vocab.id_space and manifest["vocab"].get("joint", True)
     model = dataclasses.replace(
-        config.model, vocab_size=tgt_vocab.size, src_vocab_size=None if joint else src_vocab.size
-    )
+        config.model, vocab_size=tgt_vocab.size, src_vocab_size=None if joint else src_vocab.size,
+        **vocab_options(tgt_vocab),
+    )  # fmt: skip
     config = dataclasses.replace(config, model=model)
     train = BinarizedDataset(config.data.dir, "train")
     valid = None

@@ -48,6 +48,7 @@ class Vocab:
     def __init__(self, model_bytes: bytes, source: str = "<bytes>") -> None:
         self.model_bytes = bytes(model_bytes)
         self.sha256 = hashlib.sha256(self.model_bytes).hexdigest()
+        self.id_space = self.sha256  # what its ids mean: its pieces (`MarianVocab.id_space`)
         self._sp = spm.SentencePieceProcessor()
         try:
             self._sp.LoadFromSerializedProto(self.model_bytes)
@@ -182,6 +183,7 @@ class Vocab:
     def __len__(self) -> int:
         return self.size
 
+    spm_bytes = property(lambda self: self.model_bytes)  # the sentencepiece model, as saved
     pad_id = property(lambda self: PAD_ID)
     unk_id = property(lambda self: UNK_ID)
     bos_id = property(lambda self: BOS_ID)

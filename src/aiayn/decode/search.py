@@ -23,7 +23,6 @@ import torch
 from torch import Tensor
 
 from aiayn.config import DecodeConfig
-from aiayn.data.vocab import BOS_ID, EOS_ID
 from aiayn.decode.strategy import NEG_INF, BeamStrategy, GreedyStrategy, Hypothesis, TopK
 from aiayn.model.cache import KVCache
 
@@ -34,13 +33,14 @@ Search = Callable[[Tensor, DecodeConfig], list[list[Hypothesis]]]
 
 
 def beam_search(
-    model, src: Tensor, config: DecodeConfig | None = None, bos_id: int = BOS_ID,
-    eos_id: int = EOS_ID,
+    model, src: Tensor, config: DecodeConfig | None = None, bos_id: int | None = None,
+    eos_id: int | None = None,
 ) -> list[list[Hypothesis]]:  # fmt: skip
     """Beam search over a batch of sources.
 
     model: a `Transformer` in eval mode (or anything with its encode / decode / project /
-    new_cache / pad_mask); src: (batch, src_len) ids, source tokens + eos, right-padded.
+    new_cache / pad_mask and config); src: (batch, src_len) ids, source tokens + eos,
+    right-padded; bos_id, eos_id: None, the model's (`model.bos_id`, `model.eos_id`).
     -> per sentence, its up to `config.nbest` finished hypotheses, best first.
     """
     strategy = make_strategy(model, src, config or DecodeConfig(), eos_id)
@@ -48,8 +48,8 @@ def beam_search(
 
 
 def greedy_search(
-    model, src: Tensor, config: DecodeConfig | None = None, bos_id: int = BOS_ID,
-    eos_id: int = EOS_ID,
+    model, src: Tensor, config: DecodeConfig | None = None, bos_id: int | None = None,
+    eos_id: int | None = None,
 ) -> list[Hypothesis | None]:  # fmt: skip
     """The most probable token at each step; `config.beam` and `nbest` are ignored.
 
@@ -60,7 +60,7 @@ def greedy_search(
 
 
 def search(
-    model, src: Tensor, config: DecodeConfig, bos_id: int = BOS_ID, eos_id: int = EOS_ID
+    model, src: Tensor, config: DecodeConfig, bos_id: int | None = None, eos_id: int | None = None
 ) -> list[list[Hypothesis]]:
     """Greedy search at beam 1, else beam search; -> per sentence its hypotheses, best
     first (none only where greedy search found none)."""
@@ -69,15 +69,18 @@ def search(
 
 
 def make_strategy(
-    model, src: Tensor, config: DecodeConfig, eos_id: int = EOS_ID, greedy: bool = False,
+    model, src: Tensor, config: DecodeConfig, eos_id: int | None = None, greedy: bool = False,
     topk: TopK = torch.topk,
 ) -> Strategy:  # fmt: skip
     """The strategy of one search over `src`: its length limits (`output_limits`) and
-    `config`'s beam, alpha, nbest and min_len; `topk` finds each row's best extensions."""
-    max_len, c, pad_id = output_limits(model, src, config.max_len_offset), config, model.config.pad_id
+    `config`'s beam, alpha, nbest, min_len, length penalty and beam rules; `topk` finds each
+    row's best extensions; eos_id None: the model's."""
+    c, m = config, model.config
+    max_len, eos = output_limits(model, src, c.max_len_offset), m.eos_id if eos_id is None else eos_id
     if greedy:
-        return GreedyStrategy(max_len, c.alpha, c.min_len, eos_id, pad_id, topk)
-    return BeamStrategy(max_len, c.beam, c.nbest, c.alpha, c.min_len, eos_id, pad_id, topk)
+        return GreedyStrategy(max_len, c.alpha, c.min_len, eos, m.pad_id, topk, c.length_penalty)
+    return BeamStrategy(max_len, c.beam, c.nbest, c.alpha, c.min_len, eos, m.pad_id, topk,
+                        c.length_penalty, c.beam_rules)  # fmt: skip
 
 
 def output_limits(model, src: Tensor, max_len_offset: int) -> Tensor:
@@ -92,17 +95,19 @@ def output_limits(model, src: Tensor, max_len_offset: int) -> Tensor:
 
 @torch.no_grad()
 def run_search(
-    model, src: Tensor, strategy: Strategy, bos_id: int = BOS_ID, cache: KVCache | None = None
-) -> list[list[Hypothesis]]:
+    model, src: Tensor, strategy: Strategy, bos_id: int | None = None,
+    cache: KVCache | None = None,
+) -> list[list[Hypothesis]]:  # fmt: skip
     """Drive `strategy` with the model's next-token log-probabilities until every sentence
-    is done; -> per sentence (in input order), its finished hypotheses. `cache`: an empty
-    cache for `src` (None: `model.new_cache`).
+    is done; -> per sentence (in input order), its finished hypotheses. bos_id None: the
+    model's; `cache`: an empty cache for `src` (None: `model.new_cache`).
 
     Pad and bos are never generated. Log-probabilities are computed in float32 whatever
     the model's dtype.
     """
     if src.size(0) == 0:  # no sentences: nothing to search (the steps below need one)
         return []
+    bos_id = model.config.bos_id if bos_id is None else bos_id
     src_pad = model.pad_mask(src)  # (batch, src_len), True = padding
     memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
     cache = cache if cache is not None else model.new_cache(src_pad)

@@ -36,13 +36,14 @@ class Hypothesis:
     log_prob: float  # log P(Y|X), eos included
 
 
-def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+def length_penalty(length: int | Tensor, alpha: float, kind: str = "gnmt") -> float | Tensor:
     """GNMT's length penalty lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al. 2016, eq. 14).
 
     The paper uses alpha = 0.6 (sec. 6.1). |Y| counts the output tokens including eos.
-    A hypothesis scores log P(Y|X) / lp(Y); alpha = 0 gives plain log-probability.
+    A hypothesis scores log P(Y|X) / lp(Y); alpha = 0 gives plain log-probability. `kind`
+    "power" (`decode.length_penalty`) is |Y| ** alpha, as transformers and CTranslate2 divide.
     """
-    return ((5.0 + length) / 6.0) ** alpha
+    return (length if kind == "power" else (5.0 + length) / 6.0) ** alpha
 
 
 def constrain(logp: Tensor, length: int, min_len: int, max_len: Tensor, eos_id: int) -> Tensor:
@@ -85,8 +86,8 @@ class BeamStrategy:
     those that end in eos go to the sentence's finished list (the `nbest` best by penalised
     score), and the `beam` best of the others stay live. So the beam stays full while a
     sentence has hypotheses to extend. This is tensor2tensor's rule, the code behind the
-    paper's numbers (and fairseq's, Marian's, HuggingFace's); 2 * beam candidates always
-    hold `beam` that do not end in eos, since each hypothesis has at most one eos extension.
+    paper's numbers (HuggingFace's differ: `rules` below); 2 * beam candidates always hold
+    `beam` that do not end in eos, since each hypothesis has at most one eos extension.
     Keeping only the `beam` best, eos included, and letting ended ones leave their slots
     empty misses translations that this rule finds: a better hypothesis may grow from a
     fifth-best prefix.
@@ -97,14 +98,22 @@ class BeamStrategy:
     bound (tensor2tensor's rule); comparing with lp at the current length would stop too
     early. A sentence is done when this bound for its best live hypothesis cannot beat its
     nbest-th finished score, when no live hypothesis is left, or at max_len.
+
+    `rules` "transformers" (`decode.beam_rules`) are HuggingFace transformers' instead, so
+    that an imported model translates as there: only the `beam` best of the 2 * beam
+    candidates may finish (the others ending in eos are dropped), `beam` finished hypotheses
+    are kept, and a sentence is done once it has them all and its best live hypothesis,
+    scored at its current length, does not beat the worst (`early_stopping=False`); the eos
+    forced at max_len counts as certain (`forced_eos_token_id`), not at its probability.
     """
 
     def __init__(
         self, max_len: Tensor, beam: int, nbest: int, alpha: float, min_len: int,
-        eos_id: int, pad_id: int, topk: TopK = torch.topk,
+        eos_id: int, pad_id: int, topk: TopK = torch.topk, penalty: str = "gnmt",
+        rules: str = "t2t",
     ) -> None:  # fmt: skip
         batch, device = max_len.size(0), max_len.device
-        self.topk = topk
+        self.topk, self.penalty, self.rules = topk, penalty, rules  # `length_penalty`'s kind
         self.beam, self.nbest, self.alpha, self.min_len = beam, nbest, alpha, min_len
         self.eos_id, self.pad_id = eos_id, pad_id
         self.max_len = max_len  # (batch,) largest |Y| per sentence
@@ -112,10 +121,11 @@ class BeamStrategy:
         width = int(max_len.max()) if batch else 0  # an empty batch: `run_search` returns []
         self.scores = torch.zeros(batch, 1, device=device)  # (batch, k) log P of live hyps
         self.tokens = torch.zeros(batch, 1, 0, dtype=torch.long, device=device)  # (batch, k, t)
-        self.fin_scores = torch.full((batch, nbest), NEG_INF, device=device)  # penalised
-        self.fin_logp = torch.full((batch, nbest), NEG_INF, device=device)
-        self.fin_len = torch.zeros(batch, nbest, dtype=torch.long, device=device)
-        self.fin_tokens = torch.full((batch, nbest, width), pad_id, dtype=torch.long, device=device)
+        kept = beam if rules == "transformers" else nbest  # finished hypotheses kept
+        self.fin_scores = torch.full((batch, kept), NEG_INF, device=device)  # penalised
+        self.fin_logp = torch.full((batch, kept), NEG_INF, device=device)
+        self.fin_len = torch.zeros(batch, kept, dtype=torch.long, device=device)
+        self.fin_tokens = torch.full((batch, kept, width), pad_id, dtype=torch.long, device=device)
 
     def step(self, logp: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """logp: (batch, k, vocab) for the k live rows of each sentence (k = 1 at first).
@@ -126,6 +136,8 @@ class BeamStrategy:
         batch, k, vocab = logp.shape
         self.length += 1
         logp = constrain(logp, self.length, self.min_len, self.max_len, self.eos_id)
+        if self.rules == "transformers":  # its eos forced at the limit has probability 1
+            logp[self.max_len.le(self.length), :, self.eos_id] = 0.0
         # A row's log P adds alike to all its extensions, so the sentence's 2 * beam best are
         # among the 2 * beam best tokens of each of its rows: only those are scored, and no
         # (batch, k, vocab) sum is made.
@@ -138,10 +150,13 @@ class BeamStrategy:
         top, index = cand.topk(n, dim=1)  # (batch, 2 * beam), best first
         # A dead slot's token is any; its score is -inf, so it never ends or continues.
         token = row_token.view(batch, k * width).gather(1, index.clamp(max=k * width - 1))
-        ended = token.eq(self.eos_id) & top.gt(NEG_INF)  # (batch, 2 * beam)
+        eos = token.eq(self.eos_id)  # (batch, 2 * beam)
+        ended = eos & top.gt(NEG_INF)
+        if self.rules == "transformers":
+            ended[:, self.beam :] = False  # only the beam best candidates finish
         if ended.any():
             self._finish(self._extend(index // width, token), top, ended)
-        live, pick = top.masked_fill(ended, NEG_INF).topk(self.beam, dim=1)  # (batch, beam)
+        live, pick = top.masked_fill(eos, NEG_INF).topk(self.beam, dim=1)  # (batch, beam)
         parent = index.gather(1, pick).div_(width, rounding_mode="floor").clamp_(max=k - 1)
         token = token.gather(1, pick)  # (batch, beam)
         self.scores, self.tokens = live, self._extend(parent, token)  # (batch, beam, |Y|)
@@ -156,11 +171,11 @@ class BeamStrategy:
         return torch.cat([prefix, token[:, :, None]], dim=2)
 
     def _finish(self, seqs: Tensor, top: Tensor, ended: Tensor) -> None:
-        """Merge the hypotheses that just ended into the nbest finished lists."""
+        """Merge the hypotheses that just ended into the finished lists (nbest long)."""
         n = self.length
-        new_scores = (top / length_penalty(n, self.alpha)).masked_fill(~ended, NEG_INF)
+        new_scores = (top / self._lp(n)).masked_fill(~ended, NEG_INF)
         scores = torch.cat([self.fin_scores, new_scores], dim=1)  # (batch, nbest + beam)
-        self.fin_scores, pick = scores.topk(self.nbest, dim=1)  # (batch, nbest)
+        self.fin_scores, pick = scores.topk(self.fin_scores.size(1), dim=1)  # (batch, nbest)
         logps = torch.cat([self.fin_logp, top], dim=1)
         lens = torch.cat([self.fin_len, torch.full_like(top, n, dtype=torch.long)], dim=1)
         seqs = F.pad(seqs, (0, self.fin_tokens.size(2) - n), value=self.pad_id)
@@ -171,11 +186,15 @@ class BeamStrategy:
     def _done(self) -> Tensor:
         """(batch,) bool: nothing live can still enter the nbest list (see the class doc)."""
         best_live = self.scores.max(dim=1).values  # (batch,)
-        lp_next = length_penalty(self.length + 1.0, self.alpha)
-        best_lp = length_penalty(self.max_len.float(), self.alpha).clamp(min=lp_next)  # (batch,)
+        best_lp = self._lp(self.max_len.float()).clamp(min=self._lp(self.length + 1.0))  # (batch,)
+        if self.rules == "transformers":  # a heuristic, not a bound: the current length
+            best_lp = self._lp(float(self.length))
         bound = best_live / best_lp  # -inf stays -inf
         beaten = bound.le(self.fin_scores[:, -1])
         return best_live.eq(NEG_INF) | beaten | self.max_len.le(self.length)
+
+    def _lp(self, length: float | Tensor) -> float | Tensor:
+        return length_penalty(length, self.alpha, self.penalty)
 
     def keep(self, index: Tensor) -> None:
         """Keep sentences `index` (batch,) only: the others have left the batch."""
@@ -185,7 +204,7 @@ class BeamStrategy:
 
     def results(self, index: Tensor) -> list[list[Hypothesis]]:
         """The finished lists of sentences `index`, best first."""
-        pick = lambda t: t.index_select(0, index)  # noqa: E731
+        pick = lambda t: t.index_select(0, index)[:, : self.nbest]  # noqa: E731
         return _to_hypotheses(
             pick(self.fin_tokens), pick(self.fin_len), pick(self.fin_scores), pick(self.fin_logp)
         )
@@ -199,10 +218,10 @@ class GreedyStrategy:
 
     def __init__(
         self, max_len: Tensor, alpha: float, min_len: int, eos_id: int, pad_id: int,
-        topk: TopK = torch.topk,
+        topk: TopK = torch.topk, penalty: str = "gnmt",
     ) -> None:  # fmt: skip
         batch, device = max_len.size(0), max_len.device
-        self.topk = topk
+        self.topk, self.penalty = topk, penalty
         self.alpha, self.min_len, self.eos_id, self.pad_id = alpha, min_len, eos_id, pad_id
         self.max_len = max_len  # (batch,)
         self.length = 0
@@ -226,7 +245,7 @@ class GreedyStrategy:
     def results(self, index: Tensor) -> list[list[Hypothesis]]:
         # A sentence leaves the batch at the step its eos is chosen, so its last token is eos.
         logp = self.logp.index_select(0, index)  # (n,)
-        scores = logp / length_penalty(self.length, self.alpha)
+        scores = logp / length_penalty(self.length, self.alpha, self.penalty)
         tokens = self.tokens.index_select(0, index)[:, None]  # (n, 1, |Y|)
         lengths = torch.full_like(tokens[:, :, 0], self.length)  # (n, 1)
         return _to_hypotheses(tokens, lengths, scores[:, None], logp[:, None])

@@ -49,6 +49,22 @@ def n_positions(config: Config) -> int:
     return config.model.max_len + config.decode.max_len_offset
 
 
+# How the exported model's length penalty, length ** alpha, compares with the checkpoint's
+# (`decode.length_penalty`): the exports' READMEs say so.
+PENALTY = {
+    "gnmt": "not by aiayn's ((5 + length) / 6) ** alpha, so beam search may pick other "
+    "hypotheses than `aiayn translate`",
+    "power": "as the checkpoint's `decode.length_penalty: power` does",
+}
+
+
+def channel_order(d_model: int) -> torch.Tensor:
+    """(d_model,) PERM: Marian's channel j holds aiayn's channel PERM[j], so that the
+    interleaved sinusoids (sin on even channels, sec. 3.5) become Marian's [sin | cos]
+    halves; `export/huggingface.py` permutes by it, `convert/huggingface.py` back."""
+    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
+
+
 def pieces(vocab: Vocab) -> list[str]:
     """The vocabulary's subword strings in id order: the token names both libraries use."""
     return [vocab.piece(i) for i in range(vocab.size)]

@@ -7,16 +7,17 @@ the layer norm of each sub-layer sits in that sub-layer's spec (after it for the
 post-LN, before it for pre-LN, with a final norm per stack); self-attention's first linear
 map is the fused [q; k; v] (aiayn's `w_qkv`), encoder-decoder attention's are queries and
 the fused [k; v] (`w_q`, `w_kv`). Biases only where the model has them (the paper's
-attention has none, sec. 3.2.2). The model's own position table (sec. 3.5's interleaved
-sinusoids, or Table 3 row E's learned ones) is written into the spec, as CTranslate2's
-default is concatenated sin | cos halves. Embeddings are scaled by sqrt(d_model) (sec. 3.4)
-and, where tied, the projection is the same matrix (stored once). Sources get eos appended
-by CTranslate2 (`add_source_eos`) and decoding starts from bos, as in aiayn.
+attention and output projection have none, sec. 3.2.2, 3.4); the feed-forward activation is
+the model's (eq. 2's ReLU, or swish or gelu: `model.activation`). The model's own position
+table (sec. 3.5's interleaved sinusoids, or Table 3 row E's learned ones) is written into
+the spec, as CTranslate2's default is concatenated sin | cos halves. Embeddings are scaled
+by sqrt(d_model) (sec. 3.4) and, where tied, the projection is the same matrix (stored
+once). Sources get eos appended by CTranslate2 (`add_source_eos`) and decoding starts from
+`model.bos_id`, as in aiayn.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import torch
@@ -24,17 +25,18 @@ from ctranslate2.converters import Converter
 from ctranslate2.specs import common_spec, transformer_spec
 from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
 
-from aiayn.checkpoint import SHARED_VOCAB, SRC_VOCAB, TGT_VOCAB, Checkpoint, load_checkpoint
-from aiayn.data.vocab import BOS_ID, EOS_ID, UNK_ID
+from aiayn.checkpoint import Checkpoint, load_checkpoint, vocab_files
 from aiayn.errors import ExportError
 from aiayn.export.common import (
-    array, n_positions, pieces, refuse_unrepresentable, restricted_attention, write_marker,
-    written_atomically,
+    PENALTY, array, n_positions, pieces, refuse_unrepresentable, restricted_attention,
+    write_marker, written_atomically,
 )  # fmt: skip
 from aiayn.model.layers import sinusoid_table
 from aiayn.model.transformer import Transformer
 
 TARGET = "CTranslate2"
+ACTIVATIONS = {"relu": common_spec.Activation.RELU, "swish": common_spec.Activation.SWISH,
+               "gelu": common_spec.Activation.GELU}  # `model.activation`  # fmt: skip
 README = """\
 # A CTranslate2 model exported by `aiayn export`
 
@@ -48,14 +50,14 @@ target = sentencepiece.SentencePieceProcessor(model_file="{out}/{tgt_spm}")
 translator = ctranslate2.Translator("{out}", device="cpu")  # compute_type="int8" for speed
 sources = [source.encode(text, out_type=str) for text in ["The children open the door."]]
 results = translator.translate_batch(sources, beam_size={beam}, min_decoding_length={min_len},
-                                     max_decoding_length=256)
+                                     max_decoding_length=256, suppress_sequences={suppress})
 print([target.decode(r.hypotheses[0]) for r in results])
 ```
 
 CTranslate2 appends the source eos itself (`add_source_eos` in config.json) and starts
-decoding from `<s>`, as aiayn does. Its length penalty divides by length ** alpha, not by
-aiayn's ((5 + length) / 6) ** alpha, so beam search may pick other hypotheses than
-`aiayn translate`; greedy decoding (beam_size=1) picks the same tokens.
+decoding from `{start}`, as aiayn does; `suppress_sequences` keeps it from producing the
+padding and start tokens, as aiayn never does. Its length penalty divides by
+length ** alpha, {penalty}; greedy decoding (beam_size=1) picks the same tokens.
 """
 
 
@@ -86,7 +88,7 @@ def model_spec(ckpt: Checkpoint) -> transformer_spec.TransformerSpec:
     model, c = ckpt.model, ckpt.config.model
     refuse_unrepresentable(TARGET, unrepresentable(model))
     pre_norm = c.norm == "pre"
-    stacks = dict(num_heads=c.n_heads, pre_norm=pre_norm, activation=common_spec.Activation.RELU,
+    stacks = dict(num_heads=c.n_heads, pre_norm=pre_norm, activation=ACTIVATIONS[c.activation],
                   head_dim=c.key_dim)  # fmt: skip
     spec = transformer_spec.TransformerSpec(
         transformer_spec.TransformerEncoderSpec(c.n_layers, **stacks),
@@ -95,7 +97,9 @@ def model_spec(ckpt: Checkpoint) -> transformer_spec.TransformerSpec:
     positions = n_positions(ckpt.config)
     _inputs(spec.encoder, model.src_embed.weight, _table(model.positional, positions))
     _inputs(spec.decoder, model.tgt_embed.weight, _table(model.tgt_positional, positions))
-    spec.decoder.projection.weight = array(model.output_weight)  # (vocab, d_model), no bias
+    spec.decoder.projection.weight = array(model.output_weight)  # (vocab, d_model)
+    if model.output_bias is not None:  # `model.output_bias`; the paper's projection has none
+        spec.decoder.projection.bias = array(model.output_bias)
     if pre_norm:  # the final LayerNorm of each pre-LN stack
         _norm(spec.encoder.layer_norm, model.encoder_norm)
         _norm(spec.decoder.layer_norm, model.decoder_norm)
@@ -151,13 +155,14 @@ def _ffn(spec, ffn, norm: torch.nn.LayerNorm) -> None:
 
 
 def _vocabulary(spec, ckpt: Checkpoint) -> None:
-    """The sentencepiece pieces as token names, and which of them are unk, bos and eos."""
-    target = pieces(ckpt.tgt_vocab)
+    """The sentencepiece pieces as token names, and which of them are unk, bos (the
+    decoder's start: aiayn's <s>, an imported MarianMT model's <pad>) and eos."""
+    target, c = pieces(ckpt.tgt_vocab), ckpt.config.model
     spec.register_source_vocabulary(pieces(ckpt.src_vocab))
     spec.register_target_vocabulary(target)
     config = spec.config
-    config.unk_token, config.bos_token = target[UNK_ID], target[BOS_ID]
-    config.eos_token, config.decoder_start_token = target[EOS_ID], target[BOS_ID]
+    config.unk_token, config.bos_token = target[ckpt.tgt_vocab.unk_id], target[c.bos_id]
+    config.eos_token, config.decoder_start_token = target[c.eos_id], target[c.bos_id]
     config.add_source_eos = True  # aiayn's sources end in eos (`Translator._encode`)
 
 
@@ -179,18 +184,24 @@ def export_ctranslate2(
     refuse_unrepresentable(TARGET, unrepresentable(ckpt.model))
     with written_atomically(out, force) as tmp:
         AiaynConverter(ckpt).convert(str(tmp), quantization=quantization, force=True)
-        src_spm, tgt_spm = _copy_vocabularies(Path(checkpoint), tmp)
+        src_spm, tgt_spm = _copy_vocabularies(ckpt, tmp)
         decode = ckpt.config.decode
+        c, names = ckpt.config.model, pieces(ckpt.tgt_vocab)
+        suppress = [[names[i]] for i in sorted({c.pad_id, c.bos_id})]
         text = README.format(out=Path(out), src_spm=src_spm, tgt_spm=tgt_spm, beam=decode.beam,
-                             min_len=decode.min_len)  # fmt: skip
+                             min_len=decode.min_len, suppress=suppress, start=names[c.bos_id],
+                             penalty=PENALTY[decode.length_penalty])  # fmt: skip
         (tmp / "README.md").write_text(text, "utf-8")
         write_marker(tmp, "ctranslate2", ckpt, quantization=quantization or "float32")
     return Path(out)
 
 
-def _copy_vocabularies(checkpoint: Path, out: Path) -> tuple[str, str]:
-    """Copy the checkpoint's sentencepiece model(s); -> the source and target file names."""
-    names = [n for n in (SHARED_VOCAB, SRC_VOCAB, TGT_VOCAB) if (checkpoint / n).is_file()]
-    for name in names:
-        shutil.copyfile(checkpoint / name, out / name)
-    return (SHARED_VOCAB, SHARED_VOCAB) if SHARED_VOCAB in names else (SRC_VOCAB, TGT_VOCAB)
+def _copy_vocabularies(ckpt: Checkpoint, out: Path) -> tuple[str, str]:
+    """Write the checkpoint's sentencepiece model(s); -> the source and target file names
+    (an imported MarianMT model's: source.spm and target.spm, as in its directory)."""
+    names = vocab_files(ckpt.config)
+    if ckpt.config.model.vocab_format == "marian":
+        names = ("source.spm", "target.spm")
+    for name, vocab in zip(names, (ckpt.src_vocab, ckpt.tgt_vocab)):
+        (out / name).write_bytes(vocab.spm_bytes)
+    return names

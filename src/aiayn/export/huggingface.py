@@ -2,8 +2,9 @@
 config, generation config and tokenizer files, so that
 `transformers.pipeline("translation", model=OUT)` translates.
 
-Marian's layer is the paper's post-LN layer (sec. 3.1) with ReLU, scaled tied embeddings
-(sec. 3.4) and fixed sinusoids (sec. 3.5), but two details differ:
+Marian's layer is the paper's post-LN layer (sec. 3.1) with the model's activation (eq. 2's
+ReLU, or `model.activation`), scaled tied embeddings (sec. 3.4), an optional bias on the
+logits (`model.output_bias`) and fixed sinusoids (sec. 3.5), but two details differ:
 - Its sinusoids are concatenated halves, [sin | cos], where the paper interleaves them
   (sin on even channels, cos on odd), and it recomputes them when it loads, so aiayn's
   table cannot be stored. The export permutes the model's channels instead: Marian's
@@ -30,10 +31,9 @@ import torch
 from transformers import GenerationConfig, MarianConfig, MarianMTModel, MarianTokenizer
 
 from aiayn.checkpoint import Checkpoint, load_checkpoint
-from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from aiayn.export.common import (
-    n_positions, pieces, refuse_unrepresentable, restricted_attention, write_marker,
-    written_atomically,
+    PENALTY, channel_order, n_positions, pieces, refuse_unrepresentable, restricted_attention,
+    write_marker, written_atomically,
 )  # fmt: skip
 from aiayn.model.transformer import Transformer
 
@@ -53,10 +53,9 @@ print([t["translation_text"] for t in translate(["The children open the door."])
 
 The network is the aiayn checkpoint's, its channels permuted so that Marian's [sin | cos]
 positional halves are the paper's interleaved sinusoids. Marian's LayerNorm epsilon is
-1e-5, the checkpoint's {eps:g}: log-probabilities differ by about 1e-5. generation_config.json
-holds the checkpoint's beam ({beam}) and alpha ({alpha}); Marian's length penalty divides by
-length ** alpha, not by aiayn's ((5 + length) / 6) ** alpha, so beam search may pick other
-hypotheses than `aiayn translate`; greedy decoding (num_beams=1) picks the same tokens.
+1e-5, the checkpoint's {eps:g}{eps_note}. generation_config.json holds the checkpoint's beam
+({beam}) and alpha ({alpha}); Marian's length penalty divides by length ** alpha, {penalty};
+greedy decoding (num_beams=1) picks the same tokens.
 """
 
 
@@ -78,23 +77,17 @@ def unrepresentable(model: Transformer) -> list[str]:
     return problems
 
 
-def channel_order(d_model: int) -> torch.Tensor:
-    """(d_model,) PERM: Marian's channel j holds aiayn's channel PERM[j], so that the
-    interleaved sinusoids (sin on even channels) become Marian's [sin | cos] halves."""
-    return torch.cat([torch.arange(0, d_model, 2), torch.arange(1, d_model, 2)])
-
-
 def marian_config(ckpt: Checkpoint) -> MarianConfig:
     c = ckpt.config.model
     return MarianConfig(
         vocab_size=c.vocab_size, d_model=c.d_model, encoder_layers=c.n_layers,
         decoder_layers=c.n_layers, encoder_attention_heads=c.n_heads,
         decoder_attention_heads=c.n_heads, encoder_ffn_dim=c.d_ff, decoder_ffn_dim=c.d_ff,
-        activation_function="relu", max_position_embeddings=n_positions(ckpt.config),
-        scale_embedding=True, pad_token_id=PAD_ID, eos_token_id=EOS_ID, bos_token_id=BOS_ID,
-        decoder_start_token_id=BOS_ID, forced_eos_token_id=None, dropout=0.0,
-        attention_dropout=0.0, activation_dropout=0.0, share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=c.tie_embeddings,
+        activation_function=c.activation, max_position_embeddings=n_positions(ckpt.config),
+        scale_embedding=True, pad_token_id=c.pad_id, eos_token_id=c.eos_id,
+        bos_token_id=c.bos_id, decoder_start_token_id=c.bos_id, forced_eos_token_id=None,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+        share_encoder_decoder_embeddings=True, tie_word_embeddings=c.tie_embeddings,
     )  # fmt: skip
 
 
@@ -107,6 +100,8 @@ def marian_model(ckpt: Checkpoint) -> MarianMTModel:
     perm = channel_order(model.config.d_model)
     hf.model.shared.weight.copy_(model.tgt_embed.weight[:, perm])  # (vocab, d_model)
     hf.lm_head.weight.copy_(model.output_weight[:, perm])  # the same matrix where tied
+    if model.output_bias is not None:  # (1, vocab), a buffer of zeros otherwise
+        hf.final_logits_bias.copy_(model.output_bias[None])
     for ours, theirs in zip(model.encoder, hf.model.encoder.layers):
         _attention(theirs.self_attn, ours.self_attn.w_qkv.weight.chunk(3),
                    _biases(ours.self_attn.w_qkv, 3), ours.self_attn.w_o, perm)  # fmt: skip
@@ -165,26 +160,29 @@ def generation_config(ckpt: Checkpoint) -> GenerationConfig:
     """The checkpoint's decoding (sec. 6.1): beam, alpha, at least `min_len` tokens before
     eos. HF's length penalty divides by length ** alpha, not by ((5 + length) / 6) ** alpha,
     and its length limit is one for the batch, not input + 50 per sentence."""
-    d = ckpt.config.decode
+    d, c = ckpt.config.decode, ckpt.config.model
     return GenerationConfig(
         num_beams=d.beam, length_penalty=d.alpha, min_new_tokens=d.min_len,
-        max_length=n_positions(ckpt.config), decoder_start_token_id=BOS_ID,
-        bos_token_id=BOS_ID, eos_token_id=EOS_ID, pad_token_id=PAD_ID,
+        max_length=n_positions(ckpt.config), decoder_start_token_id=c.bos_id,
+        bos_token_id=c.bos_id, eos_token_id=c.eos_id, pad_token_id=c.pad_id,
+        bad_words_ids=[[i] for i in sorted({c.pad_id, c.bos_id})],  # never generated in aiayn
     )  # fmt: skip
 
 
 def save_tokenizer(ckpt: Checkpoint, out: Path) -> None:
-    """MarianTokenizer's files: the sentencepiece model as source.spm and target.spm, and
-    vocab.json mapping each piece to aiayn's id (the same ids, as the vocabulary is one)."""
-    vocab = {piece: i for i, piece in enumerate(pieces(ckpt.tgt_vocab))}
+    """MarianTokenizer's files: vocab.json mapping each piece to its id, and the source and
+    target sentencepiece models (aiayn's one model twice; an imported model's own two)."""
+    src, tgt, c = ckpt.src_vocab, ckpt.tgt_vocab, ckpt.config.model
+    names = pieces(tgt)
+    vocab = {piece: i for i, piece in enumerate(names)}
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), "utf-8")
-    for name in ("source.spm", "target.spm"):
-        (out / name).write_bytes(ckpt.tgt_vocab.model_bytes)
-    names = pieces(ckpt.tgt_vocab)
+    for name, side in (("source.spm", src), ("target.spm", tgt)):
+        (out / name).write_bytes(side.spm_bytes)
+    bos = {} if c.bos_id == c.pad_id else {"bos_token": names[c.bos_id]}  # MarianMT: <pad>
     tokenizer = MarianTokenizer(
         str(out / "source.spm"), str(out / "target.spm"), str(out / "vocab.json"),
-        unk_token=names[UNK_ID], eos_token=names[EOS_ID], pad_token=names[PAD_ID],
-        bos_token=names[BOS_ID], model_max_length=ckpt.config.model.max_len,
+        unk_token=names[tgt.unk_id], eos_token=names[c.eos_id], pad_token=names[c.pad_id],
+        model_max_length=c.max_len, **bos,
     )  # fmt: skip
     tokenizer.save_pretrained(str(out))
 
@@ -200,7 +198,9 @@ def export_huggingface(checkpoint: str | Path, out: str | Path, force: bool = Fa
         save_tokenizer(ckpt, tmp)
         d = ckpt.config.decode
         eps = ckpt.config.model.ln_eps
-        text = README.format(out=Path(out), eps=eps, beam=d.beam, alpha=d.alpha)
+        eps_note = ": log-probabilities differ by about 1e-5" if eps != 1e-5 else ""
+        text = README.format(out=Path(out), eps=eps, eps_note=eps_note, beam=d.beam,
+                             alpha=d.alpha, penalty=PENALTY[d.length_penalty])  # fmt: skip
         (tmp / "README.md").write_text(text, "utf-8")
         write_marker(tmp, "huggingface", ckpt)
     return Path(out)

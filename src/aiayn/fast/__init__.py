@@ -21,6 +21,9 @@ with `long_lived` (a server), `linear.warm_up` builds every oneDNN kernel up fro
 `--reference` (`train.fast: false`) runs the core alone. Restricted self-attention
 (`model/window.py`) has no fast piece: it stays the core's, and decoding keeps to its
 window through the shared cache's entries.
+
+The feed-forward swap is for eq. 2's ReLU and the chunked loss for logits without a bias:
+a model with another `model.activation` or with `model.output_bias` keeps those core pieces.
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ def for_training(
     (`train.compile`); `attention_kernel`: the fused attention kernel a CUDA GPU tries
     first (`train.attention_kernel`, `attention.kernel_preference`)."""
     apply(loss.model)
+    if loss.model.output_bias is not None:  # the chunked loss's logits have no bias
+        return loss
     return ChunkedRealTokenLoss.from_core(loss, compiled, attention_kernel)
 
 
@@ -102,7 +107,7 @@ def _fast_piece(module: nn.Module) -> nn.Module | None:
     kind = type(module)
     if kind is nn.Linear:
         return OneDnnLinear.from_core(module)
-    if kind is PositionwiseFeedForward:
+    if kind is PositionwiseFeedForward and type(module.activation) is nn.ReLU:  # its fused ReLU
         return FusedFeedForward.from_core(module)
     if kind is nn.Dropout:
         return CompactDropout.from_core(module)

@@ -19,7 +19,8 @@ _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_
 
 
 class FusedFeedForward(PositionwiseFeedForward):
-    """`PositionwiseFeedForward` whose CPU training step (float32/64, no autocast, no active
+    """`PositionwiseFeedForward` with eq. 2's ReLU (the fast path keeps the core module for
+    another `model.activation`) whose CPU training step (float32/64, no autocast, no active
     feed-forward dropout, plain linear maps) is `_CpuFeedForward`; elsewhere, and when
     `w_1` or `w_2` is not a plain linear map (a wrapper, or one with hooks), the modules run
     as written, so that whatever was put in their place is what runs."""

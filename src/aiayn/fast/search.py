@@ -13,7 +13,6 @@ import torch
 from torch import Tensor
 
 from aiayn.config import DecodeConfig
-from aiayn.data.vocab import BOS_ID, EOS_ID
 from aiayn.decode.search import Strategy, make_strategy, run_search
 from aiayn.decode.strategy import Hypothesis
 from aiayn.fast.attention import GroupedAttention
@@ -38,13 +37,14 @@ class FastSearch:
         self.cross_dtype = cross_store_dtype() if int8 else None
 
     def __call__(
-        self, src: Tensor, config: DecodeConfig, bos_id: int = BOS_ID, eos_id: int = EOS_ID
-    ) -> list[list[Hypothesis]]:
+        self, src: Tensor, config: DecodeConfig, bos_id: int | None = None,
+        eos_id: int | None = None,
+    ) -> list[list[Hypothesis]]:  # fmt: skip
         """Greedy search at beam 1, else beam search: per sentence its hypotheses."""
         strategy = make_strategy(self.model, src, config, eos_id, config.beam == 1, topk=row_topk)
         return self.run(src, strategy, bos_id)
 
-    def run(self, src: Tensor, strategy: Strategy, bos_id: int = BOS_ID) -> list[list[Hypothesis]]:
+    def run(self, src: Tensor, strategy: Strategy, bos_id: int | None = None) -> list[list[Hypothesis]]:
         """`decode.search.run_search` of a given strategy (e.g. a benchmark's, which forces
         the output lengths; give it `row_topk`) over the shared cache."""
         model = self.model

@@ -15,16 +15,17 @@ from aiayn.model.cache import LayerCache
 
 
 class PositionwiseFeedForward(nn.Module):
-    """Eq. 2: FFN(x) = max(0, x W1 + b1) W2 + b2, applied to each position alike."""
+    """Eq. 2: FFN(x) = max(0, x W1 + b1) W2 + b2, at each position (`act`: or swish, gelu)."""
 
-    def __init__(self, d_model: int, d_ff: int, p_drop_ffn: float = 0.0) -> None:
+    def __init__(self, d_model: int, d_ff: int, p_drop_ffn: float = 0.0, act: str = "relu") -> None:
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
         self.dropout = nn.Dropout(p_drop_ffn)  # not in the paper; 0 by default
+        self.activation = {"relu": nn.ReLU, "swish": nn.SiLU, "gelu": nn.GELU}[act]()
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = torch.relu(self.w_1(x))  # (batch, len, d_ff)
+        hidden = self.activation(self.w_1(x))  # (batch, len, d_ff)
         return self.w_2(self.dropout(hidden))  # (batch, len, d_model)
 
 
@@ -120,11 +121,11 @@ def _residual(config: ModelConfig) -> Residual:
 class EncoderLayer(nn.Module):
     """Sec. 3.1: self-attention, then feed-forward, each inside a residual connection."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, c: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = _attention(config, cross=False)
-        self.ffn = PositionwiseFeedForward(config.d_model, config.d_ff, config.p_drop_ffn)
-        self.res_attn, self.res_ffn = _residual(config), _residual(config)
+        self.self_attn = _attention(c, cross=False)
+        self.ffn = PositionwiseFeedForward(c.d_model, c.d_ff, c.p_drop_ffn, c.activation)
+        self.res_attn, self.res_ffn = _residual(c), _residual(c)
 
     def forward(self, x: Tensor, src_pad_mask: Tensor | None) -> Tensor:
         x = self.res_attn(x, lambda y: self.self_attn(y, key_pad_mask=src_pad_mask))
@@ -134,12 +135,12 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Sec. 3.1: masked self-attention, encoder-decoder attention, feed-forward."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, c: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = _attention(config, cross=False)
-        self.cross_attn = _attention(config, cross=True)
-        self.ffn = PositionwiseFeedForward(config.d_model, config.d_ff, config.p_drop_ffn)
-        self.res_self, self.res_cross, self.res_ffn = (_residual(config) for _ in range(3))
+        self.self_attn = _attention(c, cross=False)
+        self.cross_attn = _attention(c, cross=True)
+        self.ffn = PositionwiseFeedForward(c.d_model, c.d_ff, c.p_drop_ffn, c.activation)
+        self.res_self, self.res_cross, self.res_ffn = (_residual(c) for _ in range(3))
 
     def forward(
         self,

@@ -32,7 +32,8 @@ class Transformer(nn.Module):
         # projection, for the paper's joint source/target vocabulary.
         self.tgt_embed = Embedding(c.vocab_size, c.d_model)
         self.src_embed = self.tgt_embed if c.shared_vocab else Embedding(c.src_vocab_size, c.d_model)
-        self.out_proj = nn.Linear(c.d_model, c.vocab_size, bias=False)  # the pre-softmax layer
+        # The pre-softmax layer; its bias (Marian's final_logits_bias) only with model.output_bias.
+        self.out_proj = nn.Linear(c.d_model, c.vocab_size, bias=c.output_bias)
         if c.tie_embeddings:
             self.out_proj.weight = self.tgt_embed.weight
         # Sec. 3.5. Learned positions (Table 3 row E) get a table per stack, as in ConvS2S
@@ -115,6 +116,11 @@ class Transformer(nn.Module):
         if cache is not None:
             cache.length += tgt_in.size(1)
         return self.decoder_norm(x)  # (batch, tgt_len, d_model)
+
+    @property
+    def output_bias(self) -> Tensor | None:
+        """(vocab,) the logits' bias (`model.output_bias`, Marian's), or None: the paper's none."""
+        return self.out_proj.bias
 
     @property
     def output_weight(self) -> Tensor:

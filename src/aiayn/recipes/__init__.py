@@ -36,8 +36,10 @@ def prepare_any(
         from aiayn.data.prepare import prepare
         from aiayn.data.prepare_options import PrepareOptions
 
-        if valid is None or "vocab_size" not in changes or (train is None) == (tsv is None):
-            raise ConfigError("give --train PREFIX (or --tsv FILE), --valid PREFIX, --vocab-size N")
+        no_vocab = changes.get("vocab_size") is None and changes.get("vocab_from") is None
+        if valid is None or no_vocab or (train is None) == (tsv is None):
+            raise ConfigError("give --train PREFIX (or --tsv FILE), --valid PREFIX, --vocab-size "
+                              "N (or --vocab-from CKPT)")  # fmt: skip
         prepare(train=train, tsv=tsv, valid=valid, test=test, out=out,
                 options=PrepareOptions(**changes))  # fmt: skip
     elif any(f is not None for f in own_files):

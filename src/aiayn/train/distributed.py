@@ -14,6 +14,8 @@ import hashlib
 import inspect
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -85,6 +87,22 @@ def teardown(env: DistEnv, synchronize: bool = True) -> None:
         if synchronize:
             dist.barrier()
         dist.destroy_process_group()
+
+
+@contextmanager
+def process_group(device: str = "auto") -> Iterator[DistEnv]:
+    """`setup` on entering, `teardown` on leaving (synchronized after a run that ended, and
+    not after an error, which the other ranks may never reach). Under a process group that
+    someone else started (a test, a caller), this process's part only: it is left alone."""
+    started_here = not (dist.is_available() and dist.is_initialized())
+    env = setup(device)
+    finished = False  # alike on every rank; after an error the others may never arrive
+    try:
+        yield env
+        finished = True
+    finally:
+        if started_here:
+            teardown(env, synchronize=finished)
 
 
 def end_rank_process(code: int) -> NoReturn:

@@ -32,6 +32,7 @@ from aiayn.loss import RealTokenLoss
 from aiayn.model.transformer import Transformer
 from aiayn.train import distributed
 from aiayn.train.failures import diverged, too_many_bad_updates
+from aiayn.train.init_from import init_from as init_weights_from
 from aiayn.train.monitor import Monitor, TrainResult, format_summary
 from aiayn.train.resume import LoopState, TrainingState, collect_state, restore, write_checkpoint
 from aiayn.train.run_dir import RunDir, resume_candidates, step_name
@@ -41,23 +42,18 @@ from aiayn.train.state_json import seed_everything
 from aiayn.train.validate import dev_bleu, real_positions, validation_loss
 
 
-def train(config: Config, resume: str | Path | None = None) -> TrainResult:
+def train(
+    config: Config, resume: str | Path | None = None, init_from: str | Path | None = None
+) -> TrainResult:
     """Train as `config` says, in this process or, under `torchrun`, in each of its ranks.
 
     `resume`: a checkpoint directory, or a run's out_dir (its newest checkpoint): model,
     optimizer, schedule, every RNG and the data position are restored, so the run goes on
     as if it had never stopped. `config.model` must match the checkpoint's.
+    `init_from`: a checkpoint whose weights a new run starts from (`train/init_from.py`).
     """
-    started_here = not (torch.distributed.is_available() and torch.distributed.is_initialized())
-    env = distributed.setup(config.train.device)
-    finished = False  # alike on every rank; after an error the others may never arrive
-    try:
-        result = Trainer(config, env, resume).run()
-        finished = True
-        return result
-    finally:
-        if started_here:
-            distributed.teardown(env, synchronize=finished)
+    with distributed.process_group(config.train.device) as env:
+        return Trainer(config, env, resume, init_from).run()
 
 
 @dataclass
@@ -77,7 +73,10 @@ class _Update:
 class Trainer:
     """One run: builds everything in `__init__`, trains in `run`."""
 
-    def __init__(self, config: Config, env: distributed.DistEnv, resume: str | Path | None) -> None:
+    def __init__(
+        self, config: Config, env: distributed.DistEnv, resume: str | Path | None,
+        init_from: str | Path | None = None,
+    ) -> None:  # fmt: skip
         self.env, t = env, config.train
         candidates = None if resume is None else resume_candidates(resume)
         self.run_dir = RunDir(t.out_dir, t.keep_last, candidates[0] if candidates else None)
@@ -86,12 +85,13 @@ class Trainer:
         self.precision = resolve_precision(t.precision, env.device)  # "auto" decided here
         seed_everything(t.seed)
         self.model = Transformer(config.model).to(env.device)
-        # The training objective, with its model; the fast path swaps in its pieces (both
-        # over the same parameters) unless train.fast is off (--reference).
-        self.loss = RealTokenLoss(self.model, t.eps_ls)
-        if t.fast:
-            self.loss = fast.for_training(self.loss, compiled=t.compile,
-                                          attention_kernel=t.attention_kernel)  # fmt: skip
+        if init_from is not None:  # fine-tuning: a checkpoint's weights, all else this run's
+            init_weights_from(self.model, init_from, config, *self.data.vocabs, resume is not None)
+        # The training objective, with its model: the fast path's, over the same parameters,
+        # unless train.fast is off (--reference).
+        core = RealTokenLoss(self.model, t.eps_ls)
+        fast_path = dict(compiled=t.compile, attention_kernel=t.attention_kernel)
+        self.loss = fast.for_training(core, **fast_path) if t.fast else core
         if env.rank:  # the same initial weights everywhere, but each rank its own dropout
             seed_everything(t.seed + env.rank)
         self.params = list(self.model.parameters())
@@ -104,8 +104,8 @@ class Trainer:
         self.resumed_from = candidates and restore(self.training_state, candidates, self.data, env)
         self.forward = distributed.wrap_ddp(self.loss, env) if env.distributed else self.loss
         self.batches = self.data.micro_batches()
-        resumed = self.resumed_from  # a resumed checkpoint of this run counts as saved
-        self.last_saved = resumed if resumed is not None and self.run_dir.holds(resumed) else None
+        resumed = self.resumed_from  # counts as saved if it is one of this run's
+        self.last_saved = resumed if resumed and self.run_dir.holds(resumed) else None
         self.last_save_time = time.monotonic()
         self.signal: int | None = None
 
@@ -121,10 +121,9 @@ class Trainer:
                                t.log_every_steps)  # fmt: skip
         if env.is_main:
             self.run_dir.open_at(self.state.step, resumed=self.resumed_from is not None)
-        self.monitor.record(
-            "start", self.state.step, resumed_from=str(self.resumed_from), precision=self.precision,
-            world_size=env.world_size, accum_steps=self.state.accum_steps,
-        )  # fmt: skip
+        self.monitor.record("start", self.state.step, resumed_from=str(self.resumed_from),
+                            precision=self.precision, world_size=env.world_size,
+                            accum_steps=self.state.accum_steps)  # fmt: skip
         self.model.train()
         try:
             with StopSignals(self):

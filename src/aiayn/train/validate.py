@@ -16,7 +16,7 @@ import torch
 from sacrebleu.metrics import BLEU
 
 from aiayn.config import DecodeConfig
-from aiayn.data.batching import TokenBatchSampler, collate, longest_first_batches
+from aiayn.data.batching import TokenBatchSampler, collate, longest_first_batches, special_ids
 from aiayn.data.binarize import BinarizedDataset
 from aiayn.data.vocab import Vocab
 from aiayn.decode.search import greedy_search
@@ -48,7 +48,7 @@ def validation_loss(
     tokens = 0
     with context:
         for indices in sampler.epoch_batches(0):
-            batch = collate([dataset[int(i)] for i in indices])
+            batch = collate([dataset[int(i)] for i in indices], *special_ids(model.config))
             positions, target = real_positions(batch.tgt_out, model.config.pad_id, env.device)
             batch = batch.to(env.device)
             smoothed, nll = loss(batch.src, batch.tgt_in, positions, target)
@@ -84,8 +84,10 @@ def dev_bleu(
     hyps, refs = [""] * n, [""] * n
     for indices in longest_first_batches(dataset.src_lengths[:n] + 1, max_tokens):  # + eos
         examples = [dataset[i] for i in indices]
-        src = collate(examples).src.to(device)  # (batch, src_len)
-        for i, (_, tgt), hyp in zip(indices, examples, greedy_search(model, src, DecodeConfig())):
+        pad_id, bos_id, eos_id = special_ids(model.config)
+        src = collate(examples, pad_id, bos_id, eos_id).src.to(device)  # (batch, src_len)
+        found = greedy_search(model, src, DecodeConfig(), bos_id, eos_id)
+        for i, (_, tgt), hyp in zip(indices, examples, found):
             hyps[i] = vocab.decode(hyp.tokens) if hyp is not None else ""
             refs[i] = vocab.decode(np.asarray(tgt).tolist())
     model.train(was_training)
