@@ -11,7 +11,7 @@ import torch
 
 from aiayn.analysis.heads import (
     Head, HeadMasks, analyse_heads, attention_statistics, is_punctuation, masked_translations,
-    sentence_sums, source_ids, word_numbers,
+    sentence_sums, word_numbers,
 )  # fmt: skip
 from aiayn.analysis.heads_output import behaviour, run_heads
 from aiayn.cli import main
@@ -145,7 +145,7 @@ def test_copies_searched_side_by_side_give_what_each_gives_alone(tmp_path, beam,
     ckpt = save_tiny_checkpoint(tmp_path / "ckpt", max_len_offset=6)
     translator = Translator.from_checkpoint(ckpt, beam=beam, reference=reference)
     sources = ["the cat sat on a mat", "der Hund", "a mat", "die Katze sitzt auf einer Matte"]
-    ids = source_ids(translator, sources)  # lengths differ: sentences leave the batch apart
+    ids = translator.encode(sources)  # lengths differ: sentences leave the batch apart
     variants = [None, Head("encoder", 0, 1), Head("decoder", 1, 0), Head("cross", 0, 3)]
     together = masked_translations(translator, ids, variants)
     alone = [masked_translations(translator, ids, [v])[0] for v in variants]
@@ -162,7 +162,7 @@ def test_analysis_of_every_head_with_its_importance(tmp_path):
     rows = report.to_json()["rows"]
     assert len(rows) == 3 * 2 * 4  # kinds x layers x heads of the tiny model
     assert all(r["importance"] is not None for r in rows)
-    masked = masked_translations(translator, source_ids(translator, sources), [Head("cross", 1, 2)])
+    masked = masked_translations(translator, translator.encode(sources), [Head("cross", 1, 2)])
     assert report.translations == translator.translate(sources)
     one = next(r for r in rows if (r["kind"], r["layer"], r["head"]) == ("cross", 2, 3))
     from sacrebleu.metrics import BLEU

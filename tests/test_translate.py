@@ -243,16 +243,16 @@ def test_a_min_len_past_the_maximum_output_length_warns_and_the_maximum_wins(ckp
     with max_len_offset 3: min_len n + 3 asks for one token too many before eos, so the
     translation ends at the maximum, with a warning that counts the one input concerned
     (not the blank one); min_len n + 2 fits, without a warning."""
-    n = len(Translator.from_checkpoint(ckpt)._encode(["a"])[0])
+    n = len(Translator.from_checkpoint(ckpt).encode(["a"])[0])
     translator = Translator.from_checkpoint(ckpt, max_len_offset=3, min_len=n + 3, beam=2)
     message = rf"^1 input\(s\) allow fewer output tokens than min_len {n + 3} "
     with pytest.warns(UserWarning, match=message):
-        found = translator._search(["a", " "])
+        found = translator.hypotheses(["a", " "])
     assert len(found[0][0].tokens) == n + 2  # tokens before eos: the maximum, not min_len
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fits = Translator.from_checkpoint(ckpt, max_len_offset=3, min_len=n + 2, beam=2)
-        assert len(fits._search(["a"])[0][0].tokens) == n + 2
+        assert len(fits.hypotheses(["a"])[0][0].tokens) == n + 2
 
 
 def test_one_line_removes_line_breaks():

@@ -148,7 +148,7 @@ def explain(
     elif isinstance(target, str):
         target = translator.tgt_vocab.encode(target)
     limit = translator.model.config.max_len - 1
-    src_ids = [*translator.src_vocab.encode(text)[:limit], translator.src_vocab.eos_id]
+    src_ids = translator.encode([text])[0] or [translator.src_vocab.eos_id]  # eos alone: blank
     return attention_maps(
         translator.model, translator.src_vocab, translator.tgt_vocab, src_ids, target[:limit]
     )

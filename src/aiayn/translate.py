@@ -124,33 +124,57 @@ class Translator:
         The score is log P(Y|X) / lp(Y) (see `decode.strategy.length_penalty`). An empty or
         blank text has one translation, "" with score 0.0, and the model is not run for it.
         """
-        results: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in texts]
-        for index, hyps in self._search(texts).items():
-            results[index] = [(self.tgt_vocab.decode(h.tokens), h.score) for h in hyps]
-        return results
+        decode = self.tgt_vocab.decode
+        return [[(decode(h.tokens), h.score) for h in hyps] or [("", 0.0)]
+                for hyps in self.hypotheses(texts)]  # fmt: skip
 
     def hypotheses(self, texts: Sequence[str]) -> list[list[Hypothesis]]:
         """Per text, its `decode.nbest` best hypotheses (token ids, scores), best first;
         none for a blank text. The ids are what attention views read (`attention_view`)."""
-        found = self._search(texts)
-        return [found.get(i, []) for i in range(len(texts))]
+        return self.hypotheses_of(self.encode(texts))
 
-    def _search(self, texts: Sequence[str]) -> dict[int, list[Hypothesis]]:
-        """Encode the non-blank texts, decode them in length-sorted token batches."""
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's source ids as the model reads them: its pieces and eos, truncated
+        (with a warning) to `model.max_len` positions; [] for an empty or blank text.
+
+        Learned positions end there; sinusoids would go on, but attention memory grows with
+        the square of the length, so a runaway line (say 1 MB of text) would otherwise fail
+        deep inside torch, or exhaust memory, instead of giving its one output line.
+        """
         todo = [i for i, text in enumerate(texts) if text.strip()]
-        ids = self._encode([texts[i] for i in todo])
-        found: dict[int, list[Hypothesis]] = {}
+        ids: list[list[int]] = [[] for _ in texts]
+        eos, config = self.src_vocab.eos_id, self.model.config
+        for i, pieces in zip(todo, self.src_vocab.encode_batch([texts[i] for i in todo])):
+            ids[i] = pieces + [eos]
+        long = [len(x) for x in ids if len(x) > config.max_len]
+        if long:
+            kind = "learned positions" if config.positional == "learned" else "positions"
+            warnings.warn(
+                f"{len(long)} input(s) longer than the model's {config.max_len} {kind} "
+                f"(model.max_len={config.max_len}; the longest has {max(long)} tokens, "
+                f"eos included) were truncated to {config.max_len} tokens",
+                stacklevel=3,
+            )
+        return [x if len(x) <= config.max_len else x[: config.max_len - 1] + x[-1:] for x in ids]
+
+    def hypotheses_of(self, ids: Sequence[list[int]]) -> list[list[Hypothesis]]:
+        """`hypotheses` of sources already encoded (`encode`): length-sorted token batches,
+        results in the input order; none for an empty source."""
+        todo = [i for i, x in enumerate(ids) if x]
+        found: list[list[Hypothesis]] = [[] for _ in ids]
         capped = 0  # sentences whose maximum output length is at most min_len tokens
-        for batch in longest_first_batches([len(x) for x in ids], self.max_tokens):
-            src = torch.full((len(batch), len(ids[batch[0]])), self.model.config.pad_id)
-            for row, j in enumerate(batch):
-                src[row, : len(ids[j])] = torch.tensor(ids[j])
+        for batch in longest_first_batches([len(ids[i]) for i in todo], self.max_tokens):
+            rows = [ids[todo[j]] for j in batch]
+            src = torch.full((len(rows), len(rows[0])), self.model.config.pad_id)
+            for row, x in enumerate(rows):
+                src[row, : len(x)] = torch.tensor(x)
             src = src.to(self.device)  # (batch, src_len), right-padded
             if self.decode.min_len > 0:  # every limit is >= 1: min_len 0 never conflicts
                 limits = output_limits(self.model, src, self.decode.max_len_offset)  # (batch,)
                 capped += int(limits.le(self.decode.min_len).sum())
             hyps = self.search(src, self.decode)  # greedy at beam 1, else beam search
-            found.update((todo[j], h) for j, h in zip(batch, hyps))
+            for j, h in zip(batch, hyps):
+                found[todo[j]] = h
         if capped:
             # The maximum wins (decode/strategy.py): say so, rather than leave the user to
             # wonder why a translation is shorter than min_len asked.
@@ -161,26 +185,6 @@ class Translator:
                 stacklevel=3,
             )
         return found
-
-    def _encode(self, texts: list[str]) -> list[list[int]]:
-        """Source ids + eos, truncated (with a warning) to `model.max_len` tokens.
-
-        Learned positions end there; sinusoids would go on, but attention memory grows with
-        the square of the length, so a runaway line (say 1 MB of text) would otherwise fail
-        deep inside torch, or exhaust memory, instead of giving its one output line.
-        """
-        ids = [x + [self.src_vocab.eos_id] for x in self.src_vocab.encode_batch(texts)]
-        config = self.model.config
-        long = sum(len(x) > config.max_len for x in ids)
-        if long:
-            kind = "learned positions" if config.positional == "learned" else "positions"
-            warnings.warn(
-                f"{long} input(s) longer than the model's {config.max_len} {kind} "
-                f"(model.max_len={config.max_len}; the longest has {max(map(len, ids))} tokens, "
-                f"eos included) were truncated to {config.max_len} tokens",
-                stacklevel=3,
-            )
-        return [x if len(x) <= config.max_len else x[: config.max_len - 1] + x[-1:] for x in ids]
 
 
 def one_line(text: str) -> str:

@@ -284,12 +284,6 @@ class TrackedCache(KVCache):
             self.masks.row_variant.device))  # fmt: skip
 
 
-def source_ids(translator: Translator, sources: Sequence[str]) -> list[list[int]]:
-    """Each source's ids with eos, cut to the model's positions as `Translator` cuts them."""
-    eos, limit = translator.src_vocab.eos_id, translator.model.config.max_len
-    return [x[: limit - 1] + [eos] for x in translator.src_vocab.encode_batch(list(sources))]
-
-
 def masked_translations(
     translator: Translator, ids: Sequence[list[int]], variants: Sequence[Head | None]
 ) -> list[list[list[int]]]:
@@ -336,7 +330,8 @@ def analyse_heads(
     masked copies of a batch searched at once)."""
     model, heads = translator.model, all_heads(translator.model)
     variants: list[Head | None] = [None, *heads] if references is not None else [None]
-    ids = source_ids(translator, sources)
+    eos = translator.src_vocab.eos_id  # a blank source: eos alone
+    ids = [x or [eos] for x in translator.encode(sources)]  # as the Translator reads them
     found: dict[Head | None, list[list[int]]] = {}
     for start in range(0, len(variants), group):
         chunk = variants[start : start + group]

@@ -25,15 +25,17 @@ from typing import Any, Protocol
 class Runner(Protocol):
     """What the worker calls: one batch of sentences, all with the same `options`."""
 
-    def run(self, texts: Sequence[str], options: Hashable, extras: Sequence[Any]) -> list: ...
+    def run(self, sources: Sequence[Any], options: Hashable, extras: Sequence[Any]) -> list: ...
 
 
 @dataclass
 class Job:
-    """One request: its sentences, their source lengths in tokens, and how to decode them.
-    `extras[i]` travels with sentence i to the runner (e.g. whether to return its attention)."""
+    """One request: its sentences as the runner takes them (the service's: their source ids,
+    encoded once, before they queue), their source lengths in tokens, and how to decode
+    them. `extras[i]` travels with sentence i to the runner (e.g. whether to return its
+    attention)."""
 
-    texts: list[str]
+    sources: list[Any]
     lengths: list[int]
     options: Hashable
     extras: list[Any]
@@ -108,13 +110,13 @@ class Batcher:
                 raise NotReady("the server is shutting down")
             if not self.ready:
                 raise NotReady(self.error or "the model is still loading")
-            if self._waiting + len(job.texts) > self.max_queue:
+            if self._waiting + len(job.sources) > self.max_queue:
                 raise QueueFull(
                     f"the queue is full ({self._waiting} sentences waiting, limit --max-queue "
                     f"{self.max_queue})"
                 )
             self._queue.append(job)
-            self._waiting += len(job.texts)
+            self._waiting += len(job.sources)
             self.stats.requests += 1
             self._cond.notify_all()
         return job.future
@@ -176,22 +178,22 @@ class Batcher:
     def _take(self, job: Job) -> bool:
         """Remove `job` from the queue; False if its caller has given up on it."""
         self._queue.remove(job)
-        self._waiting -= len(job.texts)
+        self._waiting -= len(job.sources)
         return job.future.set_running_or_notify_cancel()
 
     def _run(self, runner: Runner, batch: list[Job]) -> None:
-        texts = [t for job in batch for t in job.texts]
+        sources = [x for job in batch for x in job.sources]
         extras = [e for job in batch for e in job.extras]
         try:
-            results = runner.run(texts, batch[0].options, extras)
+            results = runner.run(sources, batch[0].options, extras)
         except Exception as err:  # e.g. out of memory: the callers get it, the worker goes on
             for job in batch:
                 job.future.set_exception(err)
             return
         self._free_since = time.monotonic()
         self.stats.batches += 1
-        self.stats.sentences += len(texts)
+        self.stats.sentences += len(sources)
         start = 0
         for job in batch:
-            job.future.set_result(results[start : start + len(job.texts)])
-            start += len(job.texts)
+            job.future.set_result(results[start : start + len(job.sources)])
+            start += len(job.sources)

@@ -2,7 +2,7 @@
 
 All sentences of a batch share their decoding options (`Options`, the batcher groups by
 them). Each sentence also says what else it wants (`Wants`), which plain translation
-never computes: its attention maps (`attention_view.explain`), the word alignment of its
+never computes: its attention maps (`attention_view.attention_maps`), the word alignment of its
 translation (`alignment.word_alignments`, from the encoder-decoder attention) and the
 log-probability of each token of each hypothesis (`scores.token_log_probs`); each is one
 teacher-forced pass over the hypotheses found, batched over the sentences that asked.
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiayn.alignment import word_alignments
-from aiayn.attention_view import explain, to_json
+from aiayn.attention_view import attention_maps, to_json
 from aiayn.decode.strategy import Hypothesis
 from aiayn.scores import token_log_probs
 from aiayn.translate import Translator
@@ -57,41 +57,42 @@ class TranslatorRunner:
         self.translator = translator
         self.defaults = translator.decode
 
-    def run(self, texts: Sequence[str], options: Options, extras: Sequence[Wants]) -> list[Result]:
-        """`extras[i]`: what sentence i wants besides its translations."""
+    def run(
+        self, sources: Sequence[list[int]], options: Options, extras: Sequence[Wants]
+    ) -> list[Result]:
+        """`sources`: the sentences as `Translator.encode` gives them (the service encoded
+        them once, before they queued); `extras[i]`: what sentence i wants besides its
+        translations."""
         t = self.translator
         t.decode = dataclasses.replace(
             self.defaults, beam=options.beam, alpha=options.alpha, nbest=options.nbest
         )
-        hyps = t.hypotheses(texts)
+        hyps = t.hypotheses_of(sources)
         results = []
-        for text, found, wants in zip(texts, hyps, extras):
+        for source, found, wants in zip(sources, hyps, extras):
             nbest = [(t.tgt_vocab.decode(h.tokens), h.score) for h in found] or [("", 0.0)]
             maps = None
             if wants.attention and found:
-                maps = to_json(explain(t, text, found[0].tokens), digits=4)
+                tokens = found[0].tokens[: t.model.config.max_len - 1]
+                maps = to_json(attention_maps(t.model, t.src_vocab, t.tgt_vocab, source, tokens),
+                               digits=4)  # fmt: skip
             results.append(Result(nbest, maps))
-        self._align(texts, hyps, extras, results)
-        self._score(texts, hyps, extras, results)
+        self._align(sources, hyps, extras, results)
+        self._score(sources, hyps, extras, results)
         return results
 
-    def _source(self, text: str) -> list[int]:
-        """The source ids as the Translator reads them: cut to the model's positions, eos."""
-        vocab, limit = self.translator.src_vocab, self.translator.model.config.max_len - 1
-        return [*vocab.encode(text)[:limit], vocab.eos_id]
-
-    def _align(self, texts, hyps: list[list[Hypothesis]], extras, results: list[Result]) -> None:
+    def _align(self, sources, hyps: list[list[Hypothesis]], extras, results: list[Result]) -> None:
         asked = [i for i, wants in enumerate(extras) if wants.alignment]
         todo = [i for i in asked if hyps[i]]
         t = self.translator
-        pairs = [(self._source(texts[i]), hyps[i][0].tokens) for i in todo]
+        pairs = [(sources[i], hyps[i][0].tokens) for i in todo]
         links = dict(zip(todo, word_alignments(t.model, t.src_vocab, t.tgt_vocab, pairs)))
         for i in asked:
             results[i].alignment = links.get(i, [])
 
-    def _score(self, texts, hyps: list[list[Hypothesis]], extras, results: list[Result]) -> None:
+    def _score(self, sources, hyps: list[list[Hypothesis]], extras, results: list[Result]) -> None:
         asked = [i for i, wants in enumerate(extras) if wants.log_probs]
-        pairs = [(self._source(texts[i]), h.tokens) for i in asked for h in hyps[i]]
+        pairs = [(sources[i], h.tokens) for i in asked for h in hyps[i]]
         scored = iter(token_log_probs(self.translator.model, pairs))
         piece, eos = self.translator.tgt_vocab.piece, self.translator.tgt_vocab.eos_id
         for i in asked:

@@ -127,20 +127,22 @@ class Service:
         decode = self.model_config.decode
         return Options(beam=decode.beam, alpha=decode.alpha, nbest=1)
 
-    def _lengths(self, sentences: list[str]) -> list[int]:
-        """Source tokens of each sentence (eos included); 413 past the limits."""
+    async def _sources(self, sentences: list[str]) -> list[list[int]]:
+        """Each sentence's source ids, eos included, encoded here once (in a thread, not in
+        the event loop) and carried to the worker; 413 past the limits."""
         c = self.config
         if len(sentences) > c.max_sentences:
             raise ApiError(413, f"too many sentences: {len(sentences)}; the limit is "
                                 f"--max-sentences {c.max_sentences}")  # fmt: skip
-        lengths = [len(ids) + 1 for ids in self.translator.src_vocab.encode_batch(sentences)]
+        sources = await asyncio.to_thread(self.translator.encode, sentences)
+        lengths = [len(ids) for ids in sources]
         for i, n in enumerate(lengths):
             if n > c.max_sentence_tokens:
                 start = sentences[i][:40] + ("..." if len(sentences[i]) > 40 else "")
                 raise ApiError(413, f"sentence {i + 1} ({start!r}) is too long: {n} tokens; "
                                     f"the limit is --max-sentence-tokens "
                                     f"{c.max_sentence_tokens}")  # fmt: skip
-        return lengths
+        return sources
 
     async def translate(
         self, sentences: list[str], options: Options, wants: Wants = Wants()
@@ -149,7 +151,8 @@ class Service:
         self.check_ready()
         if not sentences:
             return []
-        job = Job(sentences, self._lengths(sentences), options, [wants] * len(sentences))
+        sources = await self._sources(sentences)
+        job = Job(sources, [len(x) for x in sources], options, [wants] * len(sentences))
         try:
             future = self.batcher.submit(job)
         except QueueFull as err:

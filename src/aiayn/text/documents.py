@@ -108,17 +108,12 @@ def _chunks(lines: Iterable[str], size: int) -> Iterator[list[str]]:
         yield chunk
 
 
-def _source_ids(translator: Translator, text: str) -> list[int]:
-    """The source as the Translator reads it: its pieces, cut to the model's positions, eos."""
-    limit = translator.model.config.max_len - 1
-    return [*translator.src_vocab.encode(text)[:limit], translator.src_vocab.eos_id]
-
-
 def aligned_translations(
     translator: Translator, texts: list[str], hyps: list[list[Hypothesis]]
 ) -> list[list[tuple[str, list[tuple[int, int]]]]]:
     """Each text's hypotheses as (translation, word alignment) pairs."""
-    pairs = [(_source_ids(translator, t), h.tokens) for t, hs in zip(texts, hyps) for h in hs]
+    sources = translator.encode(texts)  # as the Translator read them
+    pairs = [(source, h.tokens) for source, hs in zip(sources, hyps) for h in hs]
     model, src_vocab, tgt_vocab = translator.model, translator.src_vocab, translator.tgt_vocab
     links = iter(word_alignments(model, src_vocab, tgt_vocab, pairs))
     return [[(tgt_vocab.decode(h.tokens), next(links)) for h in hs] for hs in hyps]
