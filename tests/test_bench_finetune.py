@@ -65,5 +65,7 @@ def test_the_benchmark_measures_five_models_and_the_readme_paragraph_is_its_figu
     assert f"(benchmarks/results/{path.name})" in text
     assert text.count("| random weights |") == 2 and text.count("| Multi30k model |") == 3
     assert report.finetune_text([]).startswith("No `finetune.py` result of committed code yet")
-    uncommitted = json.loads(path.read_text())  # as written, in this test's uncommitted tree
-    assert report.finetune_text([{**uncommitted, "file": path.name}]).startswith("No ")
+    dirty = {**record["meta"]["provenance"]["start"], "dirty": True, "changed": ["src/aiayn/x.py"]}
+    uncommitted = {**record, "meta": {**record["meta"], "provenance": {
+        **record["meta"]["provenance"], "start": dirty}}}  # fmt: skip
+    assert report.finetune_text([uncommitted]).startswith("No ")
