@@ -6,8 +6,8 @@ Writes, from the result files alone (see `results.py`), so that every figure the
 can be traced to the file, command and commit that measured it. Only results of committed
 code are published (`provenance_problem`): a file whose code had uncommitted changes when the
 run started or ended, or changed during it, is skipped with its reason printed, and the
-newest result of committed code of the same command stands in its place (a benchmark with
-none on a machine is listed as "not measured on committed code"). Files written before
+newest result of committed code of the same command stands in its place (benchmarks with
+none on a machine are named in one sentence, never as a table row). Files written before
 `results.py` recorded provenance carry a `commit` and `dirty` that ignored untracked files
 and were sometimes edited afterwards: they count as uncommitted. A published row is marked
 stale when a file its run exercised differs now (in this checkout: HEAD in a clean one, so
@@ -422,20 +422,23 @@ def summary_tables(records: list[dict]) -> str:
     for record in shown:
         by_machine.setdefault(machine(record), []).append(record)
     measured = {(machine(r), r["meta"]["script"]) for r in shown}
+    unmeasured: dict[str, list[str]] = {}  # machine -> scripts without a committed result there
     for record in records:
         name, script = machine(record), record["meta"]["script"]
-        if (name, script) not in measured and script not in by_machine.get(name, []):
-            by_machine.setdefault(name, []).append(script)
-    if not by_machine:
+        if (name, script) not in measured and script not in unmeasured.get(name, []):
+            unmeasured.setdefault(name, []).append(script)
+    if not by_machine and not unmeasured:
         return "No result files yet.\n"
     out = []
-    for name in sorted(by_machine):
-        out += [f"#### {name}", "", "| benchmark | figure | value | result file |",
-                "| --- | --- | --- | --- |"]  # fmt: skip
+    for name in sorted(by_machine.keys() | unmeasured.keys()):
+        out += [f"#### {name}", ""]
+        if name in unmeasured:
+            scripts = ", ".join(f"`{script}.py`" for script in sorted(unmeasured[name]))
+            out += [f"Run here, {NOT_COMMITTED} yet: {scripts}.", ""]
+        if name not in by_machine:
+            continue
+        out += ["| benchmark | figure | value | result file |", "| --- | --- | --- | --- |"]
         for record in by_machine[name]:
-            if isinstance(record, str):  # a script without a result of committed code here
-                out.append(f"| `{record}.py` | {NOT_COMMITTED} | | |")
-                continue
             command = f"`{record['meta']['script']}.py {variant(record)}`".replace(" `", "`")
             rows = figures(record) or [("(no headline figure: see the file)", "")]
             for k, (figure, value) in enumerate(rows):
@@ -460,12 +463,13 @@ def results_table(records: list[dict]) -> str:
     rows = ["| task | model | test set | sacreBLEU, or F1 | hardware, time | paper |",
             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     shown = published(records)
+    unmeasured = []  # run, but not on committed code: named below the table, not as rows
     for script, task in (("demo", "offline demo (embedded En→De corpus)"),
                          ("parse_demo", "offline parse demo (demo grammar treebank)"),
                          ("multi30k", "Multi30k En→De")):  # fmt: skip
         ran = any(r["meta"]["script"] == script for r in records)
         if ran and not any(r["meta"]["script"] == script for r in shown):
-            rows.append(f"| {task} | {NOT_COMMITTED} | | | | — |")
+            unmeasured.append(task)
     for record in latest([r for r in shown if r["meta"]["script"] == "demo"]):
         rows.append(_demo_row(record, "offline demo (embedded En→De corpus)",
                               f"**{record['result']['bleu']:.2f}**"))  # fmt: skip
@@ -480,7 +484,9 @@ def results_table(records: list[dict]) -> str:
             f"{machine(record)}, {result['total_minutes']:g} min end to end "
             f"({_link(record, 'benchmarks/results/')}) | — |"
         )
-    return "\n".join(rows + PAPER_ROWS) + "\n"
+    named = ", ".join(unmeasured)
+    after = [f"\n{named[:1].upper()}{named[1:]}: {NOT_COMMITTED} yet."] if unmeasured else []
+    return "\n".join(rows + PAPER_ROWS + after) + "\n"
 
 
 def extrapolation_text(records: list[dict]) -> str:

@@ -271,11 +271,12 @@ def test_results_of_uncommitted_code_are_not_published_and_committed_ones_stand_
     assert [r["file"] for r in report.published(loaded)] == ["0.json"]
     table = report.summary_tables(loaded)
     assert "1.11" in table and "1.22" not in table  # the newest result of committed code
-    assert "| `serve_load.py` | not measured on committed code | | |" in table
-    assert "| `demo.py` | not measured on committed code | | |" in table
+    assert "Run here, not measured on committed code yet: `demo.py`, `serve_load.py`." in table
+    assert "| `serve_load.py` |" not in table and "| `demo.py` |" not in table
     assert "(results/1.json)" not in table and "(results/2.json)" not in table
     readme = report.results_table(loaded)
-    assert "| offline demo (embedded En→De corpus) | not measured on committed code |" in readme
+    assert "| offline demo" not in readme
+    assert "\nOffline demo (embedded En→De corpus): not measured on committed code yet.\n" in readme
     assert "Multi30k" not in readme  # never run: no row
     assert "of committed code yet" in report.extrapolation_text(
         [{**_record("length_extrapolation", "2026-01-01T00:00:00Z", EXTRAPOLATION, provenance=dirty),
@@ -352,7 +353,7 @@ def test_report_prints_why_it_skips_a_file(tmp_path, monkeypatch, capsys):
     assert report.main([]) == 0
     err = capsys.readouterr().err
     assert "not published: 0.json: uncommitted changes to code when it started: src/aiayn/x.py" in err
-    assert "| offline demo (embedded En→De corpus) | not measured on committed code |" in readme.read_text()
+    assert "Offline demo (embedded En→De corpus): not measured on committed code yet." in readme.read_text()
     assert report.main(["--check"]) == 0
 
 
