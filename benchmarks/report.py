@@ -277,6 +277,18 @@ def _precision_curves(result: dict) -> list[tuple[str, str]]:
 PEERS = ("libretranslate",)  # serve_load's peers: the same model behind another server
 
 
+def _before_after(result: dict) -> list[tuple[str, str]]:
+    """Each speed ratio of the code against `--before`: training tokens/s per size, then
+    translation per system (its seconds inverted, so that above 1 is faster either way)."""
+    rows = []
+    for key, value in result.items():
+        if key.endswith("_after_over_before"):
+            what, part = key.removesuffix("_after_over_before").split("_", 1)
+            label = f"training {part}" if what == "train" else f"beam search, {part}"
+            rows.append((f"{label}: speed after / before {result['before']}", f"{value:.2f}"))
+    return rows
+
+
 def _serve_load(result: dict) -> list[tuple[str, str]]:
     s = result["summary"]
     low, high = s["dynamic_rss_mb_min_max"]
@@ -388,7 +400,7 @@ def _finetune(result: dict) -> list[tuple[str, str]]:
             for m in result["models"]]  # fmt: skip
 
 
-SUMMARIES = {"finetune": _finetune, "train_speed": _train_speed, "gpu_levers": _gpu_levers,
+SUMMARIES = {"finetune": _finetune, "before_after": _before_after, "train_speed": _train_speed, "gpu_levers": _gpu_levers,
              "recipe_search": _recipe_search, "multi30k": _multi30k, "demo": _demo,
              "table3": _table3, "parse_demo": _parse_demo,
              "prepare_scale": _prepare_scale, "length_extrapolation": _length_extrapolation,

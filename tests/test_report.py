@@ -257,6 +257,17 @@ def test_recipe_search_rows_rank_the_variants_by_dev_bleu():
         ("base: CPU seconds per update", "0.630"), ("layers_6: CPU seconds per update", "1.100")]
 
 
+def test_before_after_lists_each_speed_ratio_against_the_named_commit():
+    result = {"before": "265f22e", "train_small_tokens_per_s": {"before/aiayn": 2016},
+              "train_small_after_over_before": 1.013, "train_base_after_over_before": 1.068,
+              "translate_seconds": {"before/aiayn_float32": 10.4},
+              "translate_aiayn_float32_after_over_before": 0.984}  # fmt: skip
+    assert report.figures(_record("before_after", "2026-01-01T00:00:00Z", result)) == [
+        ("training small: speed after / before 265f22e", "1.01"),
+        ("training base: speed after / before 265f22e", "1.07"),
+        ("beam search, aiayn_float32: speed after / before 265f22e", "0.98")]
+
+
 def test_results_of_uncommitted_code_are_not_published_and_committed_ones_stand_in(tmp_path):
     dirty = _provenance(start=_state(dirty=True), end=_state(dirty=True))
     records = [
