@@ -14,7 +14,7 @@ import torch
 
 from aiayn.cli import main
 from serve_browser import PHONE, chromium, new_page, served, show_lines, translate_on_page
-from serve_helpers import request
+from serve_helpers import DOCUMENT, PARAGRAPHS, alone, request
 from tiny_checkpoint import save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
 
@@ -125,6 +125,17 @@ def test_paragraphs_are_shown_as_paragraphs_and_ctrl_enter_translates(url, page)
     page.click('#results .translation[data-index="1"]')  # the second sentence's attention
     assert page.text_content("#chosen-source") == "Der Hund sitzt auf einer Matte."
     assert words(shown_pieces(page, "right")) == "Der Hund sitzt auf einer Matte."
+
+
+def test_three_paragraphs_of_nine_sentences_come_back_as_such_on_the_page(ckpt, page):
+    """Each sentence shown as it is translated alone; each paragraph as a paragraph (a
+    server of its own: this module's allows 3 sentences a request)."""
+    with served(ckpt) as url:
+        shown = translate_on_page(page, url, DOCUMENT)
+        paragraphs = page.locator("#results p.paragraph").all_text_contents()
+    lone = alone(ckpt, sum(PARAGRAPHS, []))
+    assert shown == [lone[s] for s in sum(PARAGRAPHS, [])]
+    assert paragraphs == [" ".join(lone[s] for s in p) for p in PARAGRAPHS]
 
 
 def test_a_clicked_word_marks_the_words_aligned_with_it(url, page):
