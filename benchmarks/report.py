@@ -289,6 +289,21 @@ def _before_after(result: dict) -> list[tuple[str, str]]:
     return rows
 
 
+def _export_agreement(result: dict) -> list[tuple[str, str]]:
+    """The share of sentences each export translates as aiayn does, per search, and each
+    system's sacreBLEU."""
+    rows = []
+    for search, systems in result["identical_to_aiayn"].items():
+        names = " / ".join(systems)
+        rows.append((f"identical to aiayn, {search}: {names}",
+                     " / ".join(f"{v:.3f}" for v in systems.values())))  # fmt: skip
+    for key, systems in result.items():
+        if key.startswith("bleu_"):
+            rows.append((f"sacreBLEU, {key.removeprefix('bleu_')}: {' / '.join(systems)}",
+                         " / ".join(f"{v:.2f}" for v in systems.values())))  # fmt: skip
+    return rows
+
+
 def _serve_load(result: dict) -> list[tuple[str, str]]:
     s = result["summary"]
     low, high = s["dynamic_rss_mb_min_max"]
@@ -400,7 +415,8 @@ def _finetune(result: dict) -> list[tuple[str, str]]:
             for m in result["models"]]  # fmt: skip
 
 
-SUMMARIES = {"finetune": _finetune, "before_after": _before_after, "train_speed": _train_speed, "gpu_levers": _gpu_levers,
+SUMMARIES = {"finetune": _finetune, "before_after": _before_after,
+             "export_agreement": _export_agreement, "train_speed": _train_speed, "gpu_levers": _gpu_levers,
              "recipe_search": _recipe_search, "multi30k": _multi30k, "demo": _demo,
              "table3": _table3, "parse_demo": _parse_demo,
              "prepare_scale": _prepare_scale, "length_extrapolation": _length_extrapolation,

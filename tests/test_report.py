@@ -268,6 +268,14 @@ def test_before_after_lists_each_speed_ratio_against_the_named_commit():
         ("beam search, aiayn_float32: speed after / before 265f22e", "0.98")]
 
 
+def test_export_agreement_lists_identical_shares_and_each_systems_bleu():
+    result = {"identical_to_aiayn": {"greedy": {"ctranslate2": 0.998, "argos": 1.0}},
+              "bleu_beam4_alpha0.6": {"ctranslate2": 97.23, "aiayn": 97.28}}  # fmt: skip
+    assert report.figures(_record("export_agreement", "2026-01-01T00:00:00Z", result)) == [
+        ("identical to aiayn, greedy: ctranslate2 / argos", "0.998 / 1.000"),
+        ("sacreBLEU, beam4_alpha0.6: ctranslate2 / aiayn", "97.23 / 97.28")]
+
+
 def test_results_of_uncommitted_code_are_not_published_and_committed_ones_stand_in(tmp_path):
     dirty = _provenance(start=_state(dirty=True), end=_state(dirty=True))
     records = [
