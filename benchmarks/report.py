@@ -517,13 +517,23 @@ def results_table(records: list[dict]) -> str:
     return "\n".join(rows + PAPER_ROWS + after) + "\n"
 
 
+def newest_published(records: list[dict], script: str) -> dict | None:
+    """The newest result of committed code of `script`, or None."""
+    runs = [r for r in published(records) if r["meta"]["script"] == script]
+    return runs[-1] if runs else None
+
+
+def none_yet(script: str) -> str:
+    """A README paragraph's stand-in while `script` has no result of committed code."""
+    return f"No `{script}.py` result of committed code yet ({NOT_COMMITTED}).\n"
+
+
 def extrapolation_text(records: list[dict]) -> str:
     """README's account of the latest `length_extrapolation.py` result of committed code:
     every figure in it read from the file, the comparison's words chosen by those figures."""
-    runs = [r for r in published(records) if r["meta"]["script"] == "length_extrapolation"]
-    if not runs:
-        return f"No `length_extrapolation.py` result of committed code yet ({NOT_COMMITTED}).\n"
-    record = runs[-1]
+    record = newest_published(records, "length_extrapolation")
+    if record is None:
+        return none_yet("length_extrapolation")
     r = record["result"]
     first, last = r["buckets"][0], r["buckets"][-1]
     kept = {p: _kept(first[p]["bleu"], last[p]["bleu"]) for p in ("sinusoidal", "learned")}
@@ -556,10 +566,9 @@ def extrapolation_text(records: list[dict]) -> str:
 
 def alignment_text(records: list[dict]) -> str:
     """README's word alignment figures: the latest `alignment.py` result."""
-    runs = [r for r in published(records) if r["meta"]["script"] == "alignment"]
-    if not runs:
-        return f"No `alignment.py` result of committed code yet ({NOT_COMMITTED}).\n"
-    record = runs[-1]
+    record = newest_published(records, "alignment")
+    if record is None:
+        return none_yet("alignment")
     r = record["result"]
     default, best = r["default_in_src"], r["best_single_head"]
     return (
@@ -574,10 +583,9 @@ def alignment_text(records: list[dict]) -> str:
 
 def finetune_text(records: list[dict]) -> str:
     """README's account of the latest `finetune.py` result, every figure read from it."""
-    runs = [r for r in published(records) if r["meta"]["script"] == "finetune"]
-    if not runs:
-        return f"No `finetune.py` result of committed code yet ({NOT_COMMITTED}).\n"
-    record = runs[-1]
+    record = newest_published(records, "finetune")
+    if record is None:
+        return none_yet("finetune")
     r = record["result"]
     base = r["models"][0]
     tuned = [m for m in r["models"] if m["start"] == "base" and m["minutes"] > 0]
@@ -633,7 +641,7 @@ def table3_text(records: list[dict]) -> str:
     the paper's, in bold where it lies outside the base's seed-to-seed noise."""
     runs = _table3_runs(published(records))
     if not runs:
-        return f"No `table3.py` result of committed code yet ({NOT_COMMITTED}).\n"
+        return none_yet("table3")
     record = runs[-1]
     r = record["result"]
     bleu, ppl = r["noise"]["dev_bleu"], r["noise"]["dev_ppl"]
