@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from html.parser import HTMLParser
+from pathlib import Path
 
 import torch
 
@@ -120,3 +121,15 @@ def running(config: ServeConfig, ready: bool = True) -> Iterator[tuple[str, Serv
     """`serving`, as (url, service)."""
     with serving(config, ready) as served:
         yield served.url, served.service
+
+
+def write_head_report(checkpoint, path: Path) -> Path:
+    """`aiayn heads --json path` for `checkpoint` on two sentences with references (so each
+    head has its importance): the file `aiayn serve --heads` takes."""
+    from aiayn.analysis.heads_output import run_heads
+
+    src, ref = path.with_suffix(".src"), path.with_suffix(".ref")
+    src.write_text("die Katze sitzt auf einer Matte\nder Hund\n", encoding="utf-8")
+    ref.write_text("the cat sits on a mat\nthe dog\n", encoding="utf-8")
+    run_heads(Translator.from_checkpoint(checkpoint), src, ref, json_out=path)
+    return path

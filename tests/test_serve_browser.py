@@ -14,7 +14,7 @@ import torch
 
 from aiayn.cli import main
 from serve_browser import PHONE, chromium, new_page, served, show_lines, translate_on_page
-from serve_helpers import DOCUMENT, PARAGRAPHS, alone, request
+from serve_helpers import DOCUMENT, PARAGRAPHS, alone, request, write_head_report
 from tiny_checkpoint import save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
 
@@ -27,9 +27,11 @@ def ckpt(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def url(ckpt):
-    """A real `aiayn serve` process (one for the module: it takes seconds to start)."""
-    with served(ckpt, "--max-sentences", "3") as url:
+def url(ckpt, tmp_path_factory):
+    """A real `aiayn serve` process (one for the module: it takes seconds to start), with
+    the `aiayn heads` report of its model."""
+    heads = write_head_report(ckpt, tmp_path_factory.mktemp("report") / "heads.json")
+    with served(ckpt, "--max-sentences", "3", "--heads", str(heads)) as url:
         yield url
 
 
@@ -133,9 +135,44 @@ def test_three_paragraphs_of_nine_sentences_come_back_as_such_on_the_page(ckpt, 
     with served(ckpt) as url:
         shown = translate_on_page(page, url, DOCUMENT)
         paragraphs = page.locator("#results p.paragraph").all_text_contents()
+        assert page.locator("#heads").is_hidden()  # no --heads: no grid (GET /heads is 404)
     lone = alone(ckpt, sum(PARAGRAPHS, []))
     assert shown == [lone[s] for s in sum(PARAGRAPHS, [])]
     assert paragraphs == [" ".join(lone[s] for s in p) for p in PARAGRAPHS]
+
+
+def test_the_heads_grid_is_the_report_and_a_clicked_head_shows_its_attention(url, page):
+    report = request(f"{url}/heads").body
+    layers, heads = report["layers"], report["heads"]
+    page.goto(url + "/")
+    page.wait_for_selector("#heads:not([hidden]) table.head-grid td")
+    for kind in ("encoder", "decoder", "cross"):
+        assert page.locator(f'table.head-grid[data-kind="{kind}"] td').count() == layers * heads
+    for row in report["rows"]:  # each cell: the BLEU lost and what the head mostly looks at
+        cell = page.locator(f'table.head-grid[data-kind="{row["kind"]}"] '
+                            f'td[data-layer="{row["layer"] - 1}"][data-head="{row["head"] - 1}"]')  # fmt: skip
+        lost, label = cell.inner_text().split("\n")
+        assert float(lost) == pytest.approx(row["importance"], abs=0.051) and label == row["behaviour"]
+    decoder_2_1 = 'table.head-grid[data-kind="decoder"] td[data-layer="1"][data-head="0"]'
+    page.click(decoder_2_1)  # nothing translated yet: the page says what to do
+    assert "Translate a sentence" in page.text_content("#status")
+    page.fill("#source", "Die Katze sitzt. Der Hund sitzt auf einer Matte.")
+    page.click("#translate")
+    page.wait_for_selector("body[data-state=done]")
+    replies = api(url, ["Die Katze sitzt. Der Hund sitzt auf einer Matte."])
+    for index, sentence in enumerate(replies[0]["sentences"]):  # the head stays picked
+        page.click(f'#results .translation[data-index="{index}"]')
+        controls = page.evaluate("[...document.querySelectorAll('.controls select')].map(s => s.value)")
+        assert controls == ["decoder", "1", "0"]
+        lines = page.locator("svg.lines line.attn-line")
+        assert set(lines.evaluate_all("ls => ls.map(l => l.dataset.head)")) == {"0"}
+        drawn = [float(w) for w in lines.evaluate_all("ls => ls.map(l => l.dataset.weight)")]
+        weights = sentence["attention"]["decoder"][1][0]  # layer 2, head 1: [query][key]
+        assert drawn == [w for row in weights for w in row if w > 0]
+    assert page.locator("table.head-grid td.picked").count() == 1
+    page.click('table.head-grid[data-kind="cross"] td[data-layer="0"][data-head="3"]')
+    controls = page.evaluate("[...document.querySelectorAll('.controls select')].map(s => s.value)")
+    assert controls == ["cross", "0", "3"]
 
 
 def test_a_clicked_word_marks_the_words_aligned_with_it(url, page):

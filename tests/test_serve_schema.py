@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from aiayn.serve.service import ServeConfig
-from serve_helpers import request, running
+from serve_helpers import request, running, write_head_report
 from tiny_checkpoint import save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
 
@@ -35,8 +35,10 @@ expected-statuses = ["2xx", "3xx", "4xx", 503, 504]
 def url(tmp_path_factory):
     meta = {"languages": {"source": "en", "target": "de"}}
     ckpt = save_tiny_checkpoint(tmp_path_factory.mktemp("schema") / "ckpt", meta=meta)
+    heads = write_head_report(ckpt, tmp_path_factory.mktemp("report") / "heads.json")
     config = ServeConfig(str(ckpt), max_sentences=4, max_beam=3, max_sentence_tokens=64,
-                         max_body_bytes=20_000, max_wait_ms=0, threads=1)  # fmt: skip
+                         max_body_bytes=20_000, max_wait_ms=0, threads=1,
+                         heads=str(heads))  # fmt: skip
     with running(config) as (url, _):
         yield url
 
@@ -47,8 +49,8 @@ def test_the_schema_documents_every_route_body_and_error(url):
                   for method, op in item.items()}  # fmt: skip
     assert set(operations) == {
         ("/v1/translate", "post"), ("/health", "get"), ("/ready", "get"), ("/info", "get"),
-        ("/", "get"), ("/languages", "get"), ("/translate", "post"), ("/detect", "post"),
-        ("/translate_file", "post"), ("/download_file/{name}", "get"),
+        ("/heads", "get"), ("/", "get"), ("/languages", "get"), ("/translate", "post"),
+        ("/detect", "post"), ("/translate_file", "post"), ("/download_file/{name}", "get"),
         ("/frontend/settings", "get"), ("/suggest", "post"),
     }  # fmt: skip
     for (path, method), op in operations.items():
@@ -77,5 +79,5 @@ def test_schemathesis_finds_no_fault_in_any_operation(url, tmp_path):
                "--request-timeout", "30"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]
-    assert re.search(r"Selected: 12/12\s+Tested: 12", done.stdout), done.stdout[-3000:]
+    assert re.search(r"Selected: 13/13\s+Tested: 13", done.stdout), done.stdout[-3000:]
     assert re.search(r"(\d+) generated, \1 passed", done.stdout), done.stdout[-3000:]

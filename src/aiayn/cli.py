@@ -469,6 +469,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
                    help="the API keys, one a line: KEY [REQUESTS_PER_MINUTE]")
     p.add_argument("--req-limit", type=int, metavar="N",
                    help="requests a minute per client without a key (no limit; 0: a key is needed)")
+    p.add_argument("--heads", metavar="FILE", help="what each head does, from `aiayn heads "
+                   "--json FILE` on this model: the web page draws its grid (GET /heads)")
     limits = (("max_batch_tokens", int, "padded source tokens per batch"),
               ("max_wait_ms", float, "wait for more requests to batch, in ms"),
               ("max_queue", int, "sentences waiting before 503"),

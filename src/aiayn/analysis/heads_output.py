@@ -1,4 +1,5 @@
-"""`aiayn heads`'s outputs: the text table, the JSON and a PNG grid of layers x heads.
+"""`aiayn heads`'s outputs: the text table, the JSON and a PNG grid of layers x heads, and
+the JSON read back (`read_report`) for `aiayn serve --heads`, whose web page draws the grid.
 
 The grid has a panel per kind of attention (encoder self, decoder self, encoder-decoder),
 a cell per head: its colour the dev BLEU lost when it alone is masked (without references,
@@ -11,11 +12,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aiayn.analysis.heads import Head, HeadReport, analyse_heads
+from aiayn.analysis.heads import STATS, Head, HeadReport, analyse_heads
 from aiayn.attention_plot import _write_atomic
 from aiayn.attention_view import KINDS
 from aiayn.data.corpus import read_lines
-from aiayn.errors import DataError
+from aiayn.errors import ConfigError, DataError
+from aiayn.jsonfile import read_object
 from aiayn.translate import Translator
 
 TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",
@@ -27,6 +29,41 @@ def behaviour(stats: dict[str, float]) -> str:
     """A head's short label: what holds more than half its attention, else its distance."""
     share, name = max((stats[k], k) for k in TAGS)
     return TAGS[name] if share > 0.5 else f"d {stats['distance']:.1f}"
+
+
+def read_report(path: str | Path, layers: int, heads: int) -> dict:
+    """The JSON that `aiayn heads --json` wrote, checked against a model of `layers` layers of
+    `heads` heads: every kind, layer and head once, each with its statistics (numbers) and
+    importance (a number, or null for all). Each row gains its `behaviour` label, so that the
+    web page's grid says what the PNG's does. A ConfigError names what does not fit."""
+    path = Path(path)
+    data = read_object(path, ConfigError)
+    if (data.get("layers"), data.get("heads")) != (layers, heads):
+        raise ConfigError(f"{path} describes {data.get('layers')} layers of {data.get('heads')} "
+                          f"heads; the model has {layers} of {heads}")  # fmt: skip
+    rows, seen = data.get("rows"), set()
+    if not isinstance(rows, list):
+        raise ConfigError(f"{path}: no rows (is it the JSON of `aiayn heads --json`?)")
+    for row in rows:
+        if not isinstance(row, dict):
+            raise ConfigError(f"{path}: a row is not an object: {row!r:.60}")
+        key = (row.get("kind"), row.get("layer"), row.get("head"))
+        numbers = [row.get(k) for k in STATS] + [row.get("importance")]
+        if (key[0] not in KINDS or key[1] not in range(1, layers + 1)
+                or key[2] not in range(1, heads + 1) or key in seen
+                or not all(isinstance(v, (int, float)) for v in numbers[:-1])
+                or not isinstance(numbers[-1], (int, float, type(None)))):  # fmt: skip
+            raise ConfigError(f"{path}: row {row!r:.120} is not a head of this model with "
+                              "its statistics, or is there twice")  # fmt: skip
+        seen.add(key)
+        row["behaviour"] = behaviour(row)
+    if len(seen) != len(KINDS) * layers * heads:
+        raise ConfigError(f"{path}: {len(seen)} heads; the model has "
+                          f"{len(KINDS) * layers * heads} ({len(KINDS)} kinds x {layers} "
+                          f"layers x {heads} heads)")  # fmt: skip
+    if len({row["importance"] is None for row in rows}) > 1:
+        raise ConfigError(f"{path}: some heads have an importance and some none")
+    return data
 
 
 def write_grid(report: HeadReport, path: str | Path) -> None:

@@ -3,6 +3,7 @@
     POST /v1/translate  texts in, translations out (`v1.py`)
     GET  /health        alive;  GET /ready: 503 until the model has loaded and translated once
     GET  /info          model, languages, decoding defaults, limits, counts
+    GET  /heads         what each head does (`aiayn heads --json`, given as --heads), or 404
     GET  /              the web page (`web/serve.html`), nothing loaded from elsewhere
     GET  /openapi.json  every route, body, field and status (`schema.py`)
 
@@ -105,6 +106,11 @@ def create_app(service: Service) -> FastAPI:
     async def info() -> dict:
         """The model, its languages, decoding defaults, limits, batching and counts."""
         return service.info()
+
+    @app.get("/heads", response_model=None, responses=schema.responses(schema.HEADS, 404))
+    async def heads() -> dict:
+        """What each attention head does: the `aiayn heads` report given as --heads."""
+        return service.head_report()
 
     @app.get("/", response_class=HTMLResponse,
              responses=schema.responses(schema.STRING, media="text/html"))

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiayn.analysis.heads import STATS
+from aiayn.attention_view import KINDS
 from aiayn.serve.service import ServeConfig
 
 Schema = dict[str, Any]
@@ -29,7 +31,7 @@ REASONS = {
     400: "invalid request: a missing or bad field, a pair this model does not translate, or "
          "a limit passed (LibreTranslate's status for all of them)",
     403: "an api_key not in --api-keys (or none, with --req-limit 0)",
-    404: "no such file",
+    404: "no such file, or (GET /heads) no head report: the server was started without --heads",
     413: "too large: --max-body-bytes, --max-sentences or --max-sentence-tokens",
     422: "not valid: invalid JSON, an unknown field, a value of the wrong type or range",
     429: "more than the key's or the client's requests a minute (--req-limit)",
@@ -197,4 +199,17 @@ INFO = obj(
      ("model", "languages", "decode", "limits", "batching", "stats")}
     | {"ready": {"type": "boolean"}},
     ("model", "languages", "decode", "limits", "batching", "ready", "stats"),
+)  # fmt: skip
+COUNT: Schema = {"type": "integer", "minimum": 1}
+HEAD = obj(
+    {"kind": {"enum": list(KINDS)}, "layer": COUNT, "head": COUNT}
+    | {name: NUMBER for name in STATS}
+    | {"importance": {"type": ["number", "null"], "description": "dev BLEU lost when masked"},
+       "behaviour": {**STRING, "description": "what it mostly looks at, or its distance"}},
+    ("kind", "layer", "head", *STATS, "importance", "behaviour"),
+)  # fmt: skip
+HEADS = obj(
+    {"sentences": {"type": "integer"}, "layers": COUNT, "heads": COUNT,
+     "bleu": {"type": ["number", "null"]}, "rows": array(HEAD)},
+    ("sentences", "layers", "heads", "rows"),
 )  # fmt: skip

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from aiayn.analysis.heads_output import read_report
 from aiayn.checkpoint import Checkpoint
 from aiayn.errors import ConfigError
 from aiayn.model.transformer import parameter_count
@@ -45,6 +46,7 @@ class ServeConfig:
     tgt_lang: str | None = None
     api_keys: str | None = None  # a file of API keys (`keys.read_api_keys`); others -> 403
     req_limit: int | None = None  # requests a minute per key or keyless client; more -> 429
+    heads: str | None = None  # `aiayn heads --json`'s file for this model: the page's grid
 
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads < 1:
@@ -90,6 +92,9 @@ class Service:
         ckpt = Checkpoint(config.checkpoint)  # a bad path fails now
         self.model_config = ckpt.config
         self.languages = model_languages(config, ckpt)
+        m = ckpt.config.model
+        # what each head does (`aiayn heads`), read and checked now: a wrong file fails here
+        self.heads = read_report(config.heads, m.n_layers, m.n_heads) if config.heads else None
         self.translator: Translator | None = None
         self.parameters: int | None = None  # counted by the worker (building a model is slow)
         self.batcher = Batcher(
@@ -122,6 +127,13 @@ class Service:
         if not self.batcher.ready:
             reason = self.batcher.error or "the model is loading"
             raise ApiError(503, f"not ready: {reason}", {"Retry-After": "2"})
+
+    def head_report(self) -> dict:
+        """The `--heads` file's report (404 without one)."""
+        if self.heads is None:
+            raise ApiError(404, "no head report: start aiayn serve with --heads FILE, the JSON "
+                                "that `aiayn heads --json FILE` writes for this model")  # fmt: skip
+        return self.heads
 
     def defaults(self) -> Options:
         decode = self.model_config.decode

@@ -6,7 +6,9 @@
 //
 // data (attention_view.to_json): {source: [piece], target: [piece],
 //   encoder|decoder|cross: [layer][head][query][key], readable_layer: {kind: layer}}
-// AttentionView.mount(element, data) draws it, on each kind's most readable layer.
+// AttentionView.mount(element, data) draws it, on each kind's most readable layer; the
+// state it returns has pick(kind, layer, head), which shows that one head (as the
+// service's page does when a head of its grid is clicked).
 "use strict";
 
 const AttentionView = (() => {
@@ -220,7 +222,7 @@ const AttentionView = (() => {
       kind: "cross", layer: readable("cross"), head: "all", focus: null, picked: null,
       width: Math.min(MAX_WIDTH, root.clientWidth || MAX_WIDTH),
     };
-    const [kindBox] = select("kind", Object.entries(KINDS), state.kind, (v) => {
+    const [kindBox, kindSelect] = select("kind", Object.entries(KINDS), state.kind, (v) => {
       Object.assign(state, { kind: v, layer: readable(v), focus: null, picked: null });
       state.redraw();
     });
@@ -242,12 +244,17 @@ const AttentionView = (() => {
     const grid = node("div", { class: "grid" });
     root.append(controls, legend, svg, table, grid);
     state.redraw = () => {
+      kindSelect.value = state.kind;
       layerSelect.value = String(state.layer);
       headSelect.value = String(state.head);
       drawLegend(legend, data, state);
       drawLines(svg, data, state);
       drawTable(table, data, state);
       drawGrid(grid, data, state);
+    };
+    state.pick = (kind, layer, head) => {
+      Object.assign(state, { kind, layer, head: String(head), focus: null, picked: null });
+      state.redraw();
     };
     state.redraw();
     return state;
