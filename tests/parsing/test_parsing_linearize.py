@@ -39,8 +39,22 @@ def repaired(target: str, words=WORDS) -> str:
     return str(delinearize(target, words))
 
 
-def test_rule_closing_label_is_ignored_and_stray_closes_dropped():
-    # rule 2: ")VP" closes the NP it meets; a close with nothing open is dropped
+def test_rule_a_closing_label_closes_its_constituent_and_all_inside_it():
+    # rule 2: the model dropped the second ")VP" of ")VP )VP )S": ")S" still closes the
+    # first S, with the VP it holds, so the comma and the second clause are the top S's
+    words = "They must go , John sleeps .".split()
+    gold = ("(TOP (S (S (NP (PRP They)) (VP (MD must) (VP (VB go)))) (, ,) "
+            "(S (NP (NNP John)) (VP (VBZ sleeps))) (. .)))")  # fmt: skip
+    assert repaired(linearize(tree(gold)), words) == gold
+    dropped = "(S (S (NP PRP )NP (VP MD (VP VB )VP )S , (S (NP NNP )NP (VP VBZ )VP )S . )S"
+    assert repaired(dropped, words) == gold
+    # the innermost of two open constituents so labelled
+    assert repaired("(S NNP (VP VBZ (VP DT )VP NN )VP . )S") == (
+        "(TOP (S (NNP John) (VP (VBZ has) (VP (DT a)) (NN dog)) (. .)))")
+
+
+def test_rule_a_label_open_nowhere_closes_the_innermost_and_stray_closes_are_dropped():
+    # rule 2: ")VP" closes the NP it meets (no VP is open); a close with nothing open goes
     assert repaired(")S (S (NP NNP )VP )S )NP VBZ DT NN .") == (
         "(TOP (S (NP (NNP John))) (VBZ has) (DT a) (NN dog) (. .))")
 

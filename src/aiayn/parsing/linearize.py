@@ -18,8 +18,14 @@ source words, by these rules, applied left to right to the output's tokens (spli
 spaces and before every bracket, so that no label holds one):
 
 1. ``(X`` opens a constituent X; a lone ``(`` is dropped.
-2. ``)`` or ``)Y`` closes the innermost open constituent, whatever Y says (its label is
-   the opening one's); a close with nothing open is dropped.
+2. ``)Y`` closes the innermost open constituent labelled Y and every one inside it; ``)``,
+   or ``)Y`` with no Y open, closes the innermost; a close with nothing open is dropped.
+   The label counts because a model's closings go wrong in their number, not their
+   labels: having learnt that ``)Y`` follows the last child of Y, a small one drops the
+   second of two equal closings (``)VP )VP )S`` as ``)VP )S``); ``)S`` then still closes
+   the S, the VP it holds with it, where closing only the innermost would leave the S
+   open and put all that follows inside it (chosen on the parse demo's dev split, where
+   it scores better than closing the innermost whatever Y says).
 3. Any other token is a preterminal slot. Slots and source words are aligned in order,
    leaving the fewest slots and words over (ties: the earliest pairs), so that EVALB, which
    deletes the words its punctuation tags carry (, : `` '' .; and -NONE-, TOP) from each
@@ -96,8 +102,11 @@ def delinearize(target: str | Sequence[str], words: Sequence[str]) -> Tree:
                 node = Tree(token[1:])
                 stack[-1].children.append(node)
                 stack.append(node)
-        elif token.startswith(")"):
-            if len(stack) > 1:  # rule 2
+        elif token.startswith(")"):  # rule 2
+            labels = [node.label for node in stack[1:]]
+            if token[1:] in labels:  # the innermost open one so labelled, and all inside it
+                del stack[len(labels) - labels[::-1].index(token[1:]) :]
+            elif len(stack) > 1:
                 stack.pop()
         else:
             i, slot = taken[slot], slot + 1
