@@ -12,7 +12,7 @@ from aiayn.alignment import format_alignment, word_alignment
 from aiayn.cli import main
 from aiayn.errors import ConfigError
 from aiayn.text.sentences import split_document
-from aiayn.text.documents import aligned_translations, translate_lines, translate_text
+from aiayn.text.documents import aligned_translations, text_alignment, translate_lines, translate_text
 from aiayn.text.html_document import parse_html
 from aiayn.translate import Translator, one_line
 from tiny_checkpoint import save_tiny_checkpoint
@@ -129,3 +129,10 @@ def test_the_readmes_python_runs(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 4 and out[1] == ""  # the paragraph break, then the page
     assert out[3].startswith("<p>") and out[3].endswith("</p>") and "<b>" in out[3]
+
+
+def test_a_texts_alignment_shifts_each_sentences_links_by_the_words_before_it():
+    sentences = ["The cat sleeps .", "A dog barks ."]
+    translations = ["Die Katze schläft .", "Ein Hund bellt laut ."]
+    links = text_alignment(sentences, translations, [[(0, 0), (3, 3)], [(0, 0), (2, 3)]])
+    assert links == [(0, 0), (3, 3), (4, 4), (6, 7)]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aiayn.serve.runner import Result
+from aiayn.text.documents import text_alignment
 from aiayn.text.html_document import HtmlDocument, parse_html
 from aiayn.text.sentences import Document, split_document
 
@@ -86,6 +87,7 @@ def join(docs: list, results: list[Result], aligned: bool) -> list[TextResult]:
         plain = aligned and not isinstance(doc, HtmlDocument)
         out.append(TextResult(
             alternatives[0][0], alternatives[0][1], alternatives, list(doc.sentences), mine,
-            _alignment(doc.sentences, mine) if plain else None,
+            text_alignment(doc.sentences, [r.nbest[0][0] for r in mine],
+                           [r.alignment or [] for r in mine]) if plain else None,
         ))  # fmt: skip
     return out

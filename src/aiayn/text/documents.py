@@ -22,7 +22,7 @@ field: `index ||| translation ||| score ||| alignment`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TextIO
 
 from aiayn.alignment import format_alignment, word_alignments
@@ -159,13 +159,23 @@ def _sentences_chunk(
     best = iter(f[0] if f else ("", []) for f in found)
     rows = []
     for doc in docs:
-        texts, links, n_src, n_tgt = [], [], 0, 0
-        for sentence in doc.sentences:
-            text, pairs = next(best)
-            text = one_line(text)
-            links += [(i + n_src, j + n_tgt) for i, j in pairs]
-            texts.append(text)
-            n_src, n_tgt = n_src + len(sentence.split()), n_tgt + len(text.split())
+        mine = [next(best) for _ in doc.sentences]  # (translation, links) per sentence
+        texts = [one_line(text) for text, _ in mine]
         line = doc.join(texts)
+        links = text_alignment(doc.sentences, texts, [pairs for _, pairs in mine])
         rows.append(f"{line} ||| {format_alignment(links)}" if alignment else line)
     return rows
+
+
+def text_alignment(
+    sentences: Sequence[str], translations: Sequence[str],
+    alignments: Iterable[Sequence[tuple[int, int]]],
+) -> list[tuple[int, int]]:  # fmt: skip
+    """A text's word alignment from its sentences': each sentence's (source word, target
+    word) links shifted by the words of the sentences before it. The text's words are its
+    sentences' words in order: what lies between two sentences is whitespace."""
+    links, n_src, n_tgt = [], 0, 0
+    for source, target, pairs in zip(sentences, translations, alignments):
+        links += [(i + n_src, j + n_tgt) for i, j in pairs]
+        n_src, n_tgt = n_src + len(source.split()), n_tgt + len(target.split())
+    return links
