@@ -735,7 +735,9 @@ def plot_ratios(records: list[dict], path: Path) -> None:
     plt = _figure()
     bars = [(f"{machine(r).split(' (')[0]} | {r['meta']['script']} | {figure}", float(value))
             for r in latest(records) if r["meta"]["script"] != "multi30k"
-            for figure, value in figures(r) if " / " in figure and "aiayn" in figure]  # fmt: skip
+            for figure, value in figures(r)
+            if " / " in figure and "aiayn" in figure and " / " not in str(value)]  # fmt: skip
+    # (a figure of several values, "0.998 / 1.000", is a list of shares, not a ratio)
     fig, ax = plt.subplots(figsize=(8.0, 1.0 + 0.32 * max(len(bars), 1)), dpi=100)
     ax.barh(range(len(bars)), [v for _, v in bars], color="tab:blue")
     ax.set_yticks(range(len(bars)), [label for label, _ in bars], fontsize=7)

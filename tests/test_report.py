@@ -276,6 +276,18 @@ def test_export_agreement_lists_identical_shares_and_each_systems_bleu():
         ("sacreBLEU, beam4_alpha0.6: ctranslate2 / aiayn", "97.23 / 97.28")]
 
 
+def test_the_speed_plot_draws_ratios_only_not_lists_of_shares(tmp_path, monkeypatch):
+    result = {"identical_to_aiayn": {"greedy": {"ctranslate2": 0.998, "argos": 1.0}}}
+    drawn = []
+    monkeypatch.setattr(report, "_save", lambda fig, path: drawn.append(fig))
+    records = [_record("export_agreement", "2026-01-01T00:00:00Z", result),
+               _record("train_speed", "2026-01-01T00:00:00Z", _speed(1.5))]  # fmt: skip
+    report.plot_ratios(records, tmp_path / "ratios.png")
+    (ax,) = drawn[0].axes
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels and all("train_speed" in label for label in labels)
+
+
 def test_results_of_uncommitted_code_are_not_published_and_committed_ones_stand_in(tmp_path):
     dirty = _provenance(start=_state(dirty=True), end=_state(dirty=True))
     records = [
