@@ -230,6 +230,20 @@ def test_on_a_phone_the_page_fits_the_screen(url, phone):
     box = phone.locator("svg.lines").bounding_box()
     assert box["x"] >= 0 and box["x"] + box["width"] <= 390
     assert "\u2581" not in phone.inner_text("body")
+    # the heads' grids of the big model (6 layers of 16 heads) fit too: each scrolls alone
+    phone.evaluate("""() => {
+      const rows = [];
+      for (const kind of ["encoder", "decoder", "cross"])
+        for (let l = 1; l <= 6; l++) for (let h = 1; h <= 16; h++)
+          rows.push({kind, layer: l, head: h, distance: 1.5, entropy: 1, previous: 0.1,
+                     same: 0.1, next: 0.1, eos: 0.1, punctuation: 0.1, importance: -0.25,
+                     behaviour: "d 1.5"});
+      showHeads({sentences: 9, layers: 6, heads: 16, bleu: 30, rows});
+    }""")
+    assert phone.locator("table.head-grid td").count() == 3 * 6 * 16
+    assert phone.evaluate("document.documentElement.scrollWidth") <= 390
+    box = phone.locator('table.head-grid[data-kind="cross"]').bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= 390
 
 
 def test_the_attention_html_holds_the_json_data_and_draws_it_offline(ckpt, page, tmp_path):
