@@ -23,7 +23,8 @@ a note added after the run (the record's `annotation`) is shown as such.
   between `<!-- report:begin alignment -->` and its end marker, the word alignment figures
   of the latest `alignment.py` result;
 - `README.md` between `<!-- report:begin table3 -->` and its end marker: Table 3 re-run on
-  Multi30k (`table3.py`), each row beside the paper's, bold where outside the base's noise;
+  Multi30k (`table3.py`), each row beside the paper's, bold where outside the base's noise,
+  each update budget's BLEU a column, and the paper's claims held or not at each budget;
 - `benchmarks/plots/multi30k_bleu.png` (dev sacreBLEU of each saved checkpoint against its
   training minutes), `benchmarks/plots/speed_ratios.png` (aiayn / peer, per machine),
   `benchmarks/plots/length_extrapolation.png` (sacreBLEU per source length, by positions)
@@ -632,17 +633,64 @@ def _table3_runs(records: list[dict]) -> list[dict]:
     return [r for r in records if r["meta"]["script"] == "table3" and "rows" in r["result"]]
 
 
+def table3_budgets(records: list[dict]) -> list[dict]:
+    """The latest `table3.py run` result of each update budget, the longest budget first:
+    the README's table is the first, the others a column each beside it."""
+    latest = {r["result"]["updates"]: r for r in _table3_runs(records)}  # later wins
+    return [latest[u] for u in sorted(latest, reverse=True)]
+
+
 def _marked(value: float, outside: bool, digits: int) -> str:
     return f"**{value:.{digits}f}**" if outside else f"{value:.{digits}f}"
 
 
+# What the paper reads off Table 3 (sec. 6.2), as (rows, the rows' rank against the base's
+# dev BLEU that bears it out: "lower", "higher", or "same" (inside the base's noise))
+TABLE3_CLAIMS = (
+    ("A: one head is worse than eight", ("A-h1",), "lower"),
+    ("A: too many heads also hurt", ("A-h16", "A-h32"), "lower"),
+    ("B: a smaller d_k hurts", ("B-dk16", "B-dk32"), "lower"),
+    ("C: bigger models are better", ("C-N8", "C-d1024", "C-ff4096", "big"), "higher"),
+    ("C: smaller models are worse", ("C-N2", "C-N4", "C-d256", "C-ff1024"), "lower"),
+    ("D: dropout helps (none is worse)", ("D-drop0.0",), "lower"),
+    ("E: learned positions do about as well as sinusoids", ("E-learned-pe",), "same"),
+)
+
+
+def claim_verdict(result: dict, rows: tuple[str, ...], expected: str) -> str:
+    """One claim against one table: each row's dev BLEU less the base's seed mean, and
+    "held" (every row as the claim says, outside the noise or, for "same", inside),
+    "held for some", "not shown" (none), or "contradicted" (a row outside the noise the
+    other way)."""
+    mean = result["noise"]["dev_bleu"]["mean"]
+    by_name = {r["row"]: r for r in result["rows"]}
+    found = [by_name[name] for name in rows if name in by_name]
+    if not found:
+        return "not run"
+    agree, against, parts = 0, 0, []
+    for row in found:
+        delta, outside = row["dev"]["bleu"] - mean, row["outside_noise"]["dev_bleu"]
+        if expected == "same":
+            agree += not outside
+            against += outside
+        else:
+            agree += outside and (delta < 0) == (expected == "lower")
+            against += outside and (delta < 0) != (expected == "lower")
+        parts.append(f"{row['row']} {delta:+.2f}{'' if outside else ' (noise)'}")
+    verdict = ("contradicted" if against and not agree else "held" if agree == len(found)
+               else "held for some" if agree else "not shown")  # fmt: skip
+    return f"{verdict}: {', '.join(parts)}"
+
+
 def table3_text(records: list[dict]) -> str:
-    """README's Table 3 on Multi30k from the latest `table3.py run` result: each row beside
-    the paper's, in bold where it lies outside the base's seed-to-seed noise."""
-    runs = _table3_runs(published(records))
-    if not runs:
+    """README's Table 3 on Multi30k from the latest `table3.py run` result of the longest
+    update budget: each row beside the paper's, in bold where it lies outside the base's
+    seed-to-seed noise; the other budgets' dev BLEU beside it; then the paper's claims,
+    each against each budget."""
+    budgets = table3_budgets(published(records))
+    if not budgets:
         return none_yet("table3")
-    record = runs[-1]
+    record, others = budgets[0], budgets[1:]
     r = record["result"]
     bleu, ppl = r["noise"]["dev_bleu"], r["noise"]["dev_ppl"]
     text = (
@@ -659,23 +707,54 @@ def table3_text(records: list[dict]) -> str:
         f"{_link(record, 'benchmarks/results/')}; plot: "
         f"[benchmarks/plots/table3.png](benchmarks/plots/table3.png))."
     )
-    rows = ["| row | N | d_model | d_ff | h | d_k | d_v | P_drop | ε_ls | positions | updates | "
-            "dev PPL | dev BLEU | params ×10⁶ | paper PPL | paper BLEU | paper params ×10⁶ |",
-            "|---" * 17 + "|"]  # fmt: skip
+    for other in others:
+        o = other["result"]
+        b = o["noise"]["dev_bleu"]
+        text += (
+            f" The column \"BLEU, {o['updates']:,} updates\" is the same table trained "
+            f"{o['updates']:,} updates (base {b['mean']:.2f} ± {b['sd']:.2f} over {b['n']} "
+            f"seeds; bold outside {b['interval'][0]:.2f}–{b['interval'][1]:.2f}; "
+            f"{machine(other)}, {_link(other, 'benchmarks/results/')})."
+        )
+    extra = [{row["row"]: row for row in o["result"]["rows"]} for o in others]
+    head = ("| row | N | d_model | d_ff | h | d_k | d_v | P_drop | ε_ls | positions | updates | "
+            "dev PPL | dev BLEU | " + "".join(f"BLEU, {o['result']['updates']:,} updates | "
+                                                for o in others)
+            + "params ×10⁶ | paper PPL | paper BLEU | paper params ×10⁶ |")  # fmt: skip
+    rows = [head, "|---" * (17 + len(others)) + "|"]
     for row in r["rows"]:
         m, paper, out = row["model"], r["paper"][row["row"]], row["outside_noise"]
         params = "" if paper["params_m"] is None else paper["params_m"]
+        beside = "".join(
+            f"{_marked(e[row['row']]['dev']['bleu'], e[row['row']]['outside_noise']['dev_bleu'], 2)} | "
+            if row["row"] in e else " | " for e in extra)  # fmt: skip
         rows.append(
             f"| {row['row']} | {m['n_layers']} | {m['d_model']} | {m['d_ff']} | {m['n_heads']} | "
             f"{m['d_k']} | {m['d_v']} | {m['p_drop']:g} | {row['eps_ls']:g} | {m['positional']} | "
             f"{row['updates']:,} | {_marked(row['dev_ppl'], out['dev_ppl'], 2)} | "
-            f"{_marked(row['dev']['bleu'], out['dev_bleu'], 2)} | {row['params'] / 1e6:.2f} | "
+            f"{_marked(row['dev']['bleu'], out['dev_bleu'], 2)} | {beside}{row['params'] / 1e6:.2f} | "
             f"{paper['ppl']:.2f} | {paper['bleu']:.1f} | {params} |"
         )
     seeds = ", ".join(f"{s['dev']['bleu']:.2f}" for s in r["base_seeds"])
+    beside = "".join(f"{o['result']['noise']['dev_bleu']['mean']:.2f} ± "
+                     f"{o['result']['noise']['dev_bleu']['sd']:.2f} | " for o in others)
     rows.append(f"| base, {bleu['n']} seeds | | | | | | | | | | | {ppl['mean']:.2f} ± "
-                f"{ppl['sd']:.2f} | {bleu['mean']:.2f} ± {bleu['sd']:.2f} ({seeds}) | | | | |")
-    return "\n".join([text, "", *rows]) + "\n"
+                f"{ppl['sd']:.2f} | {bleu['mean']:.2f} ± {bleu['sd']:.2f} ({seeds}) | {beside}"
+                "| | | |")  # fmt: skip
+    claims = [
+        "The paper's readings of Table 3 (sec. 6.2), each tested on these tables: a row's dev "
+        "BLEU less the base's seed mean, \"(noise)\" where it lies inside the base's 95% "
+        "interval; a claim is held when every row goes the claimed way outside the noise "
+        "(for E: inside it), contradicted when rows go the other way outside the noise.",
+        "",
+        "| the paper's claim | " + " | ".join(f"{b['result']['updates']:,} updates"
+                                             for b in budgets) + " |",
+        "|---" * (1 + len(budgets)) + "|",
+    ]
+    for claim, names, expected in TABLE3_CLAIMS:
+        cells = " | ".join(claim_verdict(b["result"], names, expected) for b in budgets)
+        claims.append(f"| {claim} | {cells} |")
+    return "\n".join([text, "", *rows, "", *claims]) + "\n"
 
 
 def replace_between(text: str, name: str, body: str, where: str = "README") -> str:
@@ -779,16 +858,17 @@ def plot_table3(records: list[dict], path: Path) -> None:
     beside the paper's (rows whose parameters the paper leaves blank: the base's)."""
     plt = _figure()
     fig, axes = plt.subplots(1, 2, figsize=(11.0, 4.4), dpi=100)
-    runs = _table3_runs(records)
+    runs = table3_budgets(records)
     if runs:
-        r = runs[-1]["result"]
+        r = runs[0]["result"]
         ours = [(row["params"] / 1e6, row["dev"]["bleu"], row["row"]) for row in r["rows"]]
         base = r["paper"]["base"]["params_m"]
         paper = [(p["params_m"] or base, p["bleu"], name) for name, p in r["paper"].items()]
         low, high = r["noise"]["dev_bleu"]["interval"]
         axes[0].axhspan(low, high, color="grey", alpha=0.2, label="base: 95% interval of a run")
         axes[0].legend(fontsize=8)
-        for ax, points, title in ((axes[0], ours, f"Multi30k val, {machine(runs[-1]).split(' (')[0]}"),
+        where = f"Multi30k val, {r['updates']:,} updates, {machine(runs[0]).split(' (')[0]}"
+        for ax, points, title in ((axes[0], ours, where),
                                   (axes[1], paper, "the paper: newstest2013")):  # fmt: skip
             ax.scatter([p[0] for p in points], [p[1] for p in points], s=14)
             at: dict[tuple[float, float], list[str]] = {}  # rows at one point: one label

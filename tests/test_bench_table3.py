@@ -136,3 +136,62 @@ def test_the_updates_that_fit_a_budget_count_the_seeds_and_bigs_longer_run():
     # 5 runs keep 60 s each for their scores
     assert table3.updates_in_budget(cost, 3, 1.0) == int((3600 - 5 * 60) / 9.5)
     assert table3.updates_in_budget({"big": 2.0}, 3, 1.0) is None  # no base: no budget
+
+
+def _table(updates: int, bleus: dict[str, float], seeds=(30.0, 30.4, 29.8)) -> dict:
+    """A table3 result of `updates` with these rows' dev BLEU (perplexity 6 throughout)."""
+    spread = table3.noise(list(seeds))
+    low, high = spread["interval"]
+    model = {"n_layers": 3, "d_model": 128, "d_ff": 512, "n_heads": 8, "d_k": 16, "d_v": 16,
+             "p_drop": 0.1, "positional": "sinusoidal"}  # fmt: skip
+
+    def row(name: str, bleu: float) -> dict:
+        return {"row": name, "seed": 1, "updates": updates, "model": model, "eps_ls": 0.1,
+                "params": 2_500_000, "dev_ppl": 6.0, "dev": {"bleu": bleu},
+                "outside_noise": {"dev_bleu": name != "base" and not low <= bleu <= high,
+                                  "dev_ppl": False}}  # fmt: skip
+
+    return {"updates": updates, "base": [], "rows": [row(n, b) for n, b in bleus.items()],
+            "base_seeds": [row("base", b) for b in seeds],
+            "noise": {"dev_bleu": spread, "dev_ppl": table3.noise([6.0, 6.1, 5.9])},
+            "paper": {k: dict(zip(("ppl", "bleu", "params_m"), v))
+                      for k, v in table3.PAPER.items()}}  # fmt: skip
+
+
+def test_each_claim_is_held_or_not_by_the_rows_against_the_base_noise():
+    # the base's interval is 30.07 +- 2.0: 25 lies outside below, 35 above, 30.5 inside
+    result = _table(800, {"base": 30.0, "A-h1": 25.0, "A-h16": 25.0, "A-h32": 30.5,
+                          "C-N8": 25.0, "C-d1024": 35.0, "E-learned-pe": 35.0})  # fmt: skip
+    assert report.claim_verdict(result, ("A-h1",), "lower") == "held: A-h1 -5.07"
+    assert report.claim_verdict(result, ("A-h16", "A-h32"), "lower") == \
+        "held for some: A-h16 -5.07, A-h32 +0.43 (noise)"
+    assert report.claim_verdict(result, ("A-h32",), "lower").startswith("not shown")
+    assert report.claim_verdict(result, ("C-N8",), "higher").startswith("contradicted")
+    assert report.claim_verdict(result, ("C-N8", "C-d1024"), "higher").startswith("held for some")
+    assert report.claim_verdict(result, ("E-learned-pe",), "same").startswith("contradicted")
+    assert report.claim_verdict(result, ("A-h32",), "same").startswith("held")
+    assert report.claim_verdict(result, ("B-dk16",), "lower") == "not run"
+
+
+def test_the_longest_budget_is_the_table_and_each_other_budget_a_column(tmp_path):
+    def record(updates: int, utc: str, bleus: dict) -> dict:
+        return as_committed({
+            "meta": {"script": "table3", "utc": utc, "commit": "abc1234", "dirty": False,
+                     "note": "", "command": ".venv/bin/python benchmarks/table3.py run",
+                     "cpu": {"name": "Test CPU", "family": "6", "model": "1",
+                             "logical_cpus": 2}, "gpu": None},
+            "result": _table(updates, bleus), "file": f"t{updates}_{utc[:4]}.json"})  # fmt: skip
+
+    older_long = record(2400, "2025-01-01T00:00:00Z", {"base": 30.0, "C-N2": 1.0})
+    long = record(2400, "2026-01-01T00:00:00Z", {"base": 30.0, "C-N2": 25.0})
+    short = record(800, "2026-02-01T00:00:00Z", {"base": 30.0, "C-N2": 31.0})
+    assert report.table3_budgets([older_long, short, long]) == [long, short]
+    text = report.table3_text([older_long, short, long])
+    assert "| dev BLEU | BLEU, 800 updates | params" in text
+    assert "| C-N2 | 3 | 128 |" in text and "| **25.00** | 31.00 | 2.50 |" in text
+    assert "/t2400_2026.json)" in text and "t2400_2025.json" not in text
+    assert "| the paper's claim | 2,400 updates | 800 updates |" in text
+    assert ("| C: smaller models are worse | held: C-N2 -5.07 | not shown: C-N2 +0.93 (noise) |"
+            in text)  # fmt: skip
+    report.plot_table3([older_long, short, long], tmp_path / "t.png")
+    assert (tmp_path / "t.png").stat().st_size > 0
