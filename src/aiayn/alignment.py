@@ -95,17 +95,16 @@ def piece_words(surfaces: Sequence[str]) -> list[int | None]:
     return out
 
 
-def links_from_weights(
+def word_scores(
     weights: Tensor, src_words: Sequence[int | None], tgt_words: Sequence[int | None],
-    row: str = "prediction", links: str = "union",
-) -> list[tuple[int, int]]:  # fmt: skip
-    """(source word, target word) links from one pair's attention weights
-    (tgt_len + 1, src_len): decoder rows <s> y_1 ... y_n, source columns as the model read
-    them; `src_words` / `tgt_words` give each source column's and target piece's word."""
+    row: str = "prediction",
+) -> Tensor:  # fmt: skip
+    """One pair's attention weights (tgt_len + 1, src_len), decoder rows <s> y_1 ... y_n and
+    source columns as the model read them, as a (target words, source words) matrix: summed
+    over each source word's pieces, averaged over the target word's own; `src_words` /
+    `tgt_words` give each source column's and target piece's word."""
     n_src = max((w for w in src_words if w is not None), default=-1) + 1
     n_tgt = max((w for w in tgt_words if w is not None), default=-1) + 1
-    if n_src == 0 or n_tgt == 0:
-        return []
     weights = weights.double()
     columns = torch.zeros(len(src_words), n_src, dtype=weights.dtype)  # (src_len, n_src)
     for c, w in enumerate(src_words):
@@ -117,7 +116,22 @@ def links_from_weights(
         if w is not None:
             rows[w, t + shift] = 1.0
     rows = rows / rows.sum(1, keepdim=True).clamp_min(1.0)  # mean over a word's pieces
-    scores = rows @ weights @ columns  # (n_tgt, n_src)
+    return rows @ weights @ columns  # (n_tgt, n_src)
+
+
+def links_from_weights(
+    weights: Tensor, src_words: Sequence[int | None], tgt_words: Sequence[int | None],
+    row: str = "prediction", links: str = "union",
+) -> list[tuple[int, int]]:  # fmt: skip
+    """(source word, target word) links from one pair's attention weights (`word_scores`)."""
+    return links_from_scores(word_scores(weights, src_words, tgt_words, row), links)
+
+
+def links_from_scores(scores: Tensor, links: str = "union") -> list[tuple[int, int]]:
+    """(source word, target word) links of a (target words, source words) matrix: each
+    target word's best source word, and with "union" each source word's best target word."""
+    if scores.numel() == 0:
+        return []
     found = {(int(i), j) for j, i in enumerate(scores.argmax(dim=1).tolist())}
     if links == "union":
         found |= {(i, int(j)) for i, j in enumerate(scores.argmax(dim=0).tolist())}
@@ -155,24 +169,34 @@ def select(weights: Tensor, config: AlignmentConfig) -> Tensor:
     return layer.mean(dim=0)
 
 
+def word_attention(
+    model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab,
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    config: AlignmentConfig = DEFAULT_ALIGNMENT, max_tokens: int = 4096,
+) -> list[Tensor]:  # fmt: skip
+    """The configured attention of each (source ids, eos last; target ids, no bos or eos)
+    pair as a (target words, source words) matrix (`word_scores`); (0, 0) for an empty
+    target. Words: `src_vocab.decode(source).split()`, the same of the target."""
+    todo = [k for k, (_, tgt) in enumerate(pairs) if len(tgt)]
+    weights = cross_attention(model, [pairs[k] for k in todo], max_tokens)
+    found = [torch.zeros(0, 0, dtype=torch.float64) for _ in pairs]
+    for k, w in zip(todo, weights):
+        src, tgt = pairs[k]
+        src_words = piece_words(src_vocab.surfaces(_without_eos(src))) + [None]  # eos: none
+        tgt_words = piece_words(tgt_vocab.surfaces(tgt))
+        found[k] = word_scores(select(w, config), src_words, tgt_words, config.row)
+    return found
+
+
 def word_alignments(
     model: Transformer, src_vocab: Vocab, tgt_vocab: Vocab,
     pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
     config: AlignmentConfig = DEFAULT_ALIGNMENT, max_tokens: int = 4096,
 ) -> list[list[tuple[int, int]]]:  # fmt: skip
     """Word links of each (source ids, eos last; target ids, no bos or eos) pair, sorted;
-    none for an empty target. Words: `src_vocab.decode(source).split()`, the same of the
-    target."""
-    todo = [k for k, (_, tgt) in enumerate(pairs) if len(tgt)]
-    weights = cross_attention(model, [pairs[k] for k in todo], max_tokens)
-    found: list[list[tuple[int, int]]] = [[] for _ in pairs]
-    for k, w in zip(todo, weights):
-        src, tgt = pairs[k]
-        src_words = piece_words(src_vocab.surfaces(_without_eos(src))) + [None]  # eos: none
-        tgt_words = piece_words(tgt_vocab.surfaces(tgt))
-        found[k] = links_from_weights(select(w, config), src_words, tgt_words, config.row,
-                                      config.links)
-    return found
+    none for an empty target (`word_attention`, then `links_from_scores`)."""
+    return [links_from_scores(scores, config.links)
+            for scores in word_attention(model, src_vocab, tgt_vocab, pairs, config, max_tokens)]
 
 
 def word_alignment(

@@ -16,7 +16,9 @@ from aiayn.parsing.demo_treebank import demo_treebank
 from aiayn.parsing.evalb import score_lines
 from aiayn.parsing.linearize import linearize
 from aiayn.errors import DataError
-from aiayn.parsing.parser import reference_lines
+from aiayn.alignment import word_attention
+from aiayn.parsing.parser import parse, reference_lines
+from aiayn.translate import Translator
 from aiayn.parsing.trees import read_trees, write_trees
 
 torch.set_num_threads(1)
@@ -199,6 +201,21 @@ def test_parse_demo_pipeline_learns_past_what_an_untrained_model_reaches(tmp_pat
     for sentence, line in zip(sentences[::2], lines[::2]):
         (tree,) = read_trees_text(line, tmp_path)
         assert tree.words() == sentence.split()
+
+    # the repair is given each output's attention on the sentence's words
+    translator = Translator.from_checkpoint(trained.checkpoint)
+    given = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("aiayn.parsing.parser.delinearize",
+                      lambda target, words, attention: given.append((target, attention)))
+        parse(translator, sentences[::2])
+    sources = translator.encode(sentences[::2])
+    outputs = [hyps[0].tokens for hyps in translator.hypotheses(sentences[::2])]
+    expected = word_attention(translator.model, translator.src_vocab, translator.tgt_vocab,
+                              list(zip(sources, outputs)))  # fmt: skip
+    for (target, attention), sentence, want in zip(given, sentences[::2], expected):
+        assert len(attention) == len(target.split()) and len(attention[0]) == len(sentence.split())
+        assert torch.tensor(attention, dtype=torch.float64).allclose(want)
 
 
 def read_trees_text(text: str, folder):

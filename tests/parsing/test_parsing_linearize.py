@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from aiayn.data.demo_corpus import generate_example
 from aiayn.parsing.demo_treebank import example_tree
 from aiayn.parsing.evalb import DELETE_LABELS
-from aiayn.parsing.linearize import delinearize, is_punctuation, linearize
+from aiayn.parsing.linearize import align, delinearize, is_punctuation, linearize
 from aiayn.parsing.trees import parse_trees
 
 JOHN = "(TOP (S (NP (NNP John)) (VP (VBZ has) (NP (DT a) (NN dog))) (. .)))"
@@ -98,6 +98,34 @@ def test_punctuation_goes_to_punctuation_slots_and_no_other_word_does():
     # other punctuation may take any tag: "'" is a possessive as often as a quote
     assert repaired("(NP (NP NNS POS )NP NN )NP", "dogs ' food".split()) == (
         "(TOP (NP (NP (NNS dogs) (POS ')) (NN food)))")
+
+
+def test_attention_says_which_word_lost_its_tag():
+    # the model dropped the second NN of "house key"; its VBZ slot looked at "falls"
+    words = "the house key falls".split()
+    target = "(S (NP DT NN )NP (VP VBZ )VP )S"
+    order_only = "(TOP (S (NP (DT the) (NN house)) (VP (VBZ key) (XX falls))))"
+    assert repaired(target, words) == order_only
+    attention = [[0.0] * 4 for _ in target.split()]  # (output tokens, words)
+    for row, word in ((2, 0), (3, 1), (6, 3)):  # DT -> the, NN -> house, VBZ -> falls
+        attention[row][word] = 0.9
+    assert str(delinearize(target, words, attention)) == (
+        "(TOP (S (NP (DT the) (NN house) (XX key)) (VP (VBZ falls))))")
+    # an output token holding two ("NN)NP") is one attention row for both
+    glued = "(S (NP DT NN)NP (VP VBZ )VP )S"
+    rows = [attention[r] for r in (0, 1, 2, 3, 5, 6, 7)]
+    assert str(delinearize(glued, words, rows)) == str(delinearize(target, words, attention))
+
+
+def test_attention_never_leaves_more_slots_or_words_over():
+    # all the attention on the last word would pair DT with "key" and drop two slots;
+    # the fewest left over still wins (all three pairs), attention only breaks ties
+    words = "a house key".split()
+    attention = [[0.0, 0.0, 1.0] for _ in range(3)]
+    assert str(delinearize("DT NN NN", words, attention)) == (
+        "(TOP (DT a) (NN house) (NN key))")
+    assert align(["DT", "NN"], words, [[1, 0, 0], [0, 0, 1]]) == [0, 2]
+    assert align(["DT", "NN"], words) == [0, 1]  # without attention: the earliest pairs
 
 
 def test_only_punctuation_counts_as_punctuation():

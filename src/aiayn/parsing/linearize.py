@@ -27,12 +27,19 @@ spaces and before every bracket, so that no label holds one):
    open and put all that follows inside it (chosen on the parse demo's dev split, where
    it scores better than closing the innermost whatever Y says).
 3. Any other token is a preterminal slot. Slots and source words are aligned in order,
-   leaving the fewest slots and words over (ties: the earliest pairs), so that EVALB, which
+   leaving the fewest slots and words over, so that EVALB, which
    deletes the words its punctuation tags carry (, : `` '' .; and -NONE-, TOP) from each
    tree, reads the same words in the parse as in the gold tree: a word that is not
    punctuation (`is_punctuation`) never takes such a tag, and a word the treebank always
    tags as punctuation (`PUNCTUATION_TAG`: , . ? ! ; : -- ... `` '') never takes another.
-   A slot left without a word goes.
+   A slot left without a word goes. Among the alignments that leave as few over, the one
+   whose pairs the model attended to most (`attention`: each target word's encoder-decoder
+   weight on each source word, `alignment.word_attention`); without it, the earliest pairs.
+   A model most often drops the second of two equal tags (``NN NN`` as ``NN``), and the
+   slots after it still look at their own words, so the attention says which word lost its
+   slot where order alone gives it to the last word and shifts every slot in between
+   (chosen on the parse demo's dev split: strict F1 95.26 in order alone, 98.10 with the
+   last decoder layer's heads averaged, 96.26 with the first layer's).
 4. A word left without a slot becomes ``(XX word)``, or ``(TAG word)`` with its
    `PUNCTUATION_TAG`, right after the word before it, in that word's constituent (a model
    most often drops the last word of a phrase: "a house key" as ``DT NN``); one before
@@ -77,12 +84,21 @@ def _tokens(node: Tree, tags: bool, out: list[str]) -> None:
     out.append(f"){node.label}")
 
 
-def delinearize(target: str | Sequence[str], words: Sequence[str]) -> Tree:
-    """A well-formed tree over exactly ``words`` from a (possibly ill-formed) target."""
+def delinearize(target: str | Sequence[str], words: Sequence[str],
+                attention: Sequence[Sequence[float]] | None = None) -> Tree:  # fmt: skip
+    """A well-formed tree over exactly ``words`` from a (possibly ill-formed) target;
+    ``attention[t][j]``: the model's attention from the target's t-th space-separated token
+    to word j (rule 3's tie-break)."""
     text = target if isinstance(target, str) else " ".join(target)
-    tokens = _TOKEN.findall(text)  # "NP(VP" is two tokens: no label holds a bracket
+    tokens, slot_rows = [], []  # slot_rows: each slot's space-separated token
+    for row, chunk in enumerate(text.split()):
+        for token in _TOKEN.findall(chunk):  # "NP(VP" is two tokens: no label holds a bracket
+            tokens.append(token)
+            if not token.startswith(("(", ")")):
+                slot_rows.append(row)
     slots = [t for t in tokens if not t.startswith(("(", ")"))]
-    taken = align(slots, words)  # slot -> its word's index, or None (rule 3)
+    weights = None if attention is None else [attention[row] for row in slot_rows]
+    taken = align(slots, words, weights)  # slot -> its word's index, or None (rule 3)
     aligned = {i for i in taken if i is not None}
     first = min(aligned, default=None)
     loose: dict[int | None, list[Tree]] = {}  # aligned word -> words after it (rule 4)
@@ -130,18 +146,24 @@ def is_punctuation(word: str) -> bool:
     return bool(word) and all(c == "`" or unicodedata.category(c)[0] == "P" for c in word)
 
 
-def align(slots: Sequence[str], words: Sequence[str]) -> list[int | None]:
+def align(slots: Sequence[str], words: Sequence[str],
+          attention: Sequence[Sequence[float]] | None = None) -> list[int | None]:  # fmt: skip
     """For each slot, the index of its word (None: dropped), in order, leaving the fewest
     slots and words over, where no word that is not punctuation goes in a slot EVALB
-    deletes and no word of `PUNCTUATION_TAG` in another. Ties go to the earliest match (an
-    output with every slot right aligns one to one)."""
+    deletes and no word of `PUNCTUATION_TAG` in another. Of the alignments that leave as
+    few over, the one with the most attention on its pairs (``attention[i][j]`` in [0, 1]:
+    slot i's on word j), else the earliest (an output with every slot right aligns one to
+    one either way)."""
     m, n = len(slots), len(words)
     deleting = [s in DELETE_LABELS for s in slots]
     may = [is_punctuation(w) for w in words]  # may be deleted
     must = [w in PUNCTUATION_TAG for w in words]  # must be deleted
 
     def cost(i: int, j: int) -> float:
-        return 0.0 if (may[j] if deleting[i] else not must[j]) else math.inf
+        if not (may[j] if deleting[i] else not must[j]):
+            return math.inf
+        # less than 1 / (m + 1) a pair, under 1 in all: one more left over always costs more
+        return 0.0 if attention is None else -float(attention[i][j]) / (m + 1)
 
     # rest[i][j]: the least cost of aligning slots[i:] with words[j:]
     rest = [[float(m - i + n - j) for j in range(n + 1)] for i in range(m + 1)]

@@ -3,7 +3,8 @@
 Parsing is translation into linearized trees (sec. 6.3): `Translator` runs the beam search
 with the checkpoint's decode settings (the paper's parsing recipe: beam 21, alpha 0.3,
 maximum output length input + 300, `configs/wsj_parsing.yaml`), and `delinearize` turns
-each output into a well-formed tree over exactly the input's words.
+each output into a well-formed tree over exactly the input's words, with the model's
+attention saying which word each tag is for.
 
 Scores are EVALB's (`evalb.py`): the parses are read as EVALB reads its test file, a line
 each, whatever a line holds (a malformed or empty one is an error or skip sentence, and the
@@ -16,6 +17,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from aiayn.alignment import word_attention
 from aiayn.data.corpus import read_lines as raw_lines
 from aiayn.errors import DataError
 from aiayn.evaluate import read_lines
@@ -27,10 +29,26 @@ from aiayn.translate import Translator
 
 
 def parse(translator: Translator, sentences: Sequence[str]) -> list[Tree | None]:
-    """One tree per tokenized sentence (words split on spaces); None for a blank line."""
-    targets = translator.translate(list(sentences))
-    return [delinearize(target, sentence.split()) if sentence.strip() else None
-            for sentence, target in zip(sentences, targets)]  # fmt: skip
+    """One tree per tokenized sentence (words split on spaces); None for a blank line.
+
+    The repair (`delinearize`) is given the encoder-decoder attention of each output token
+    on the sentence's words (`alignment.word_attention`: one teacher-forced pass over the
+    found outputs, its default layer and heads), so that a dropped tag is put back where
+    the model looked, not at the sentence's end."""
+    t = translator
+    sources = t.encode(list(sentences))
+    outputs = [hyps[0].tokens if hyps else [] for hyps in t.hypotheses_of(sources)]
+    attention = word_attention(t.model, t.src_vocab, t.tgt_vocab, list(zip(sources, outputs)),
+                               max_tokens=t.max_tokens)  # fmt: skip
+    trees: list[Tree | None] = []
+    for sentence, out, weights in zip(sentences, outputs, attention):
+        target, words = t.tgt_vocab.decode(out), sentence.split()
+        # (output words, sentence words) unless the vocabulary spells words otherwise (a
+        # normalized character, say): then order alone
+        fits = tuple(weights.shape) == (len(target.split()), len(words))
+        trees.append(delinearize(target, words, weights.tolist() if fits else None)
+                     if sentence.strip() else None)  # fmt: skip
+    return trees
 
 
 def tree_lines(trees: Sequence[Tree | None]) -> list[str]:
