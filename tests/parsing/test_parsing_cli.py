@@ -14,7 +14,7 @@ from aiayn.config import load_config
 from aiayn.data.vocab import Vocab
 from aiayn.parsing.demo_treebank import demo_treebank
 from aiayn.parsing.evalb import score_lines
-from aiayn.parsing.linearize import linearize
+from aiayn.parsing.linearize import delinearize, linearize
 from aiayn.errors import DataError
 from aiayn.alignment import word_attention
 from aiayn.parsing.parser import parse, reference_lines
@@ -216,6 +216,15 @@ def test_parse_demo_pipeline_learns_past_what_an_untrained_model_reaches(tmp_pat
     for (target, attention), sentence, want in zip(given, sentences[::2], expected):
         assert len(attention) == len(target.split()) and len(attention[0]) == len(sentence.split())
         assert torch.tensor(attention, dtype=torch.float64).allclose(want)
+    # attention that does not fit the words (a vocabulary that spells them otherwise):
+    # order alone, as without attention
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("aiayn.parsing.parser.word_attention",
+                      lambda *a, **k: [torch.zeros(0, 0) for _ in sentences[::2]])
+        alone = parse(translator, sentences[::2])
+    assert [str(tree) for tree in alone] == [
+        str(delinearize(target, sentence.split()))
+        for (target, _), sentence in zip(given, sentences[::2])]  # fmt: skip
 
 
 def read_trees_text(text: str, folder):
