@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -113,7 +115,7 @@ def test_attention_says_which_word_lost_its_tag():
         "(TOP (S (NP (DT the) (NN house) (XX key)) (VP (VBZ falls))))")
     # an output token holding two ("NN)NP") is one attention row for both
     glued = "(S (NP DT NN)NP (VP VBZ )VP )S"
-    rows = [attention[r] for r in (0, 1, 2, 3, 5, 6, 7)]
+    rows = [attention[r] for r in (0, 1, 2, 3, 5, 6, 7, 8)]
     assert str(delinearize(glued, words, rows)) == str(delinearize(target, words, attention))
 
 
@@ -126,6 +128,27 @@ def test_attention_never_leaves_more_slots_or_words_over():
         "(TOP (DT a) (NN house) (NN key))")
     assert align(["DT", "NN"], words, [[1, 0, 0], [0, 0, 1]]) == [0, 2]
     assert align(["DT", "NN"], words) == [0, 1]  # without attention: the earliest pairs
+    # attention on a shifted diagonal would buy three pairs of weight 1 with two left over;
+    # all four pairs, none left over, is still the alignment
+    shifted = [[1.0 if j == i + 1 else 0.0 for j in range(4)] for i in range(4)]
+    assert align(["X"] * 4, list("abcd"), shifted) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match=r"\(output tokens, words\) = \(3, 3\)"):
+        delinearize("DT NN NN", words, attention[:2])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["NN", "DT", ".", ","]), max_size=7),
+       st.lists(st.sampled_from(["a", "b", ".", ","]), max_size=7), st.data())
+def test_attention_only_breaks_ties_between_alignments_leaving_as_few_over(slots, words, data):
+    unit = st.floats(min_value=0.0, max_value=1.0)
+    attention = data.draw(st.lists(st.lists(unit, min_size=len(words), max_size=len(words)),
+                                   min_size=len(slots), max_size=len(slots)))  # fmt: skip
+
+    def left_over(taken):
+        paired = sum(t is not None for t in taken)
+        return len(slots) + len(words) - 2 * paired
+
+    assert left_over(align(slots, words, attention)) == left_over(align(slots, words))
 
 
 def test_only_punctuation_counts_as_punctuation():

@@ -97,6 +97,10 @@ def delinearize(target: str | Sequence[str], words: Sequence[str],
             if not token.startswith(("(", ")")):
                 slot_rows.append(row)
     slots = [t for t in tokens if not t.startswith(("(", ")"))]
+    if attention is not None and (len(attention) != len(text.split())
+                                  or any(len(row) != len(words) for row in attention)):
+        raise ValueError(f"attention must be (output tokens, words) = "
+                         f"({len(text.split())}, {len(words)})")  # fmt: skip
     weights = None if attention is None else [attention[row] for row in slot_rows]
     taken = align(slots, words, weights)  # slot -> its word's index, or None (rule 3)
     aligned = {i for i in taken if i is not None}
@@ -162,7 +166,7 @@ def align(slots: Sequence[str], words: Sequence[str],
     def cost(i: int, j: int) -> float:
         if not (may[j] if deleting[i] else not must[j]):
             return math.inf
-        # less than 1 / (m + 1) a pair, under 1 in all: one more left over always costs more
+        # at most 1 / (m + 1) a pair, under 1 in all: one more left over always costs more
         return 0.0 if attention is None else -float(attention[i][j]) / (m + 1)
 
     # rest[i][j]: the least cost of aligning slots[i:] with words[j:]
