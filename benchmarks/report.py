@@ -644,6 +644,11 @@ def _marked(value: float, outside: bool, digits: int) -> str:
     return f"**{value:.{digits}f}**" if outside else f"{value:.{digits}f}"
 
 
+def _bleu_cell(row: dict) -> str:
+    """A table3 row's dev BLEU, bold outside its base's noise."""
+    return _marked(row["dev"]["bleu"], row["outside_noise"]["dev_bleu"], 2)
+
+
 # What the paper reads off Table 3 (sec. 6.2), as (rows, the rows' rank against the base's
 # dev BLEU that bears it out: "lower", "higher", or "same" (inside the base's noise))
 TABLE3_CLAIMS = (
@@ -717,9 +722,9 @@ def table3_text(records: list[dict]) -> str:
         b = o["noise"]["dev_bleu"]
         text += (
             f" The column \"BLEU, {o['updates']:,} updates\" is the same table trained "
-            f"{o['updates']:,} updates (big: 3 times as many; base {b['mean']:.2f} ± {b['sd']:.2f} over {b['n']} "
-            f"seeds; bold outside {b['interval'][0]:.2f}–{b['interval'][1]:.2f}; "
-            f"{machine(other)}, {_link(other, 'benchmarks/results/')})."
+            f"{o['updates']:,} updates (big: 3 times as many; base {b['mean']:.2f} ± "
+            f"{b['sd']:.2f} over {b['n']} seeds; bold outside {b['interval'][0]:.2f}–"
+            f"{b['interval'][1]:.2f}; {machine(other)}, {_link(other, 'benchmarks/results/')})."
         )
     extra = [{row["row"]: row for row in o["result"]["rows"]} for o in others]
     head = ("| row | N | d_model | d_ff | h | d_k | d_v | P_drop | ε_ls | positions | updates | "
@@ -730,14 +735,13 @@ def table3_text(records: list[dict]) -> str:
     for row in r["rows"]:
         m, paper, out = row["model"], r["paper"][row["row"]], row["outside_noise"]
         params = "" if paper["params_m"] is None else paper["params_m"]
-        beside = "".join(
-            f"{_marked(e[row['row']]['dev']['bleu'], e[row['row']]['outside_noise']['dev_bleu'], 2)} | "
-            if row["row"] in e else " | " for e in extra)  # fmt: skip
+        beside = "".join(f"{_bleu_cell(e[row['row']])} | " if row["row"] in e else " | "
+                         for e in extra)  # fmt: skip
         rows.append(
             f"| {row['row']} | {m['n_layers']} | {m['d_model']} | {m['d_ff']} | {m['n_heads']} | "
             f"{m['d_k']} | {m['d_v']} | {m['p_drop']:g} | {row['eps_ls']:g} | {m['positional']} | "
             f"{row['updates']:,} | {_marked(row['dev_ppl'], out['dev_ppl'], 2)} | "
-            f"{_marked(row['dev']['bleu'], out['dev_bleu'], 2)} | {beside}{row['params'] / 1e6:.2f} | "
+            f"{_bleu_cell(row)} | {beside}{row['params'] / 1e6:.2f} | "
             f"{paper['ppl']:.2f} | {paper['bleu']:.1f} | {params} |"
         )
     seeds = ", ".join(f"{s['dev']['bleu']:.2f}" for s in r["base_seeds"])
