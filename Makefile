@@ -34,7 +34,10 @@ libretranslate: $(LT_VENV)/bin/libretranslate
 demo: install
 	$(BIN)/aiayn demo
 
+# The programs the tests drive beyond Python (Chromium, curl): installed where this user may,
+# else named in one line and their tests skip (under CI=true they fail).
 test: install
+	$(BIN)/python tests/system_programs.py install
 	$(BIN)/python -m pytest
 
 clean:

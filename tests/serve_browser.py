@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from serve_helpers import wait_ready
+from system_programs import chromium_path
 
-CHROMIUM = "/usr/bin/chromium"  # Debian's; `.ci/run` installs it when missing
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
 
@@ -48,11 +48,15 @@ DESKTOP = {"viewport": {"width": 1000, "height": 900}}
 
 @contextmanager
 def chromium() -> Iterator:
-    """Debian's Chromium, headless, driven by Playwright; pages come from `new_page`."""
+    """Debian's Chromium (or Playwright's own: `system_programs.chromium_path`), headless,
+    driven by Playwright; pages come from `new_page`."""
     from playwright.sync_api import sync_playwright
 
+    path = chromium_path()
+    if path is None:
+        raise RuntimeError("no Chromium: run `python tests/system_programs.py install`")
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=ARGS)
+        browser = playwright.chromium.launch(executable_path=str(path), headless=True, args=ARGS)
         try:
             yield browser
         finally:

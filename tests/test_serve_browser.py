@@ -1,5 +1,7 @@
 """The web pages in a real headless Chromium: the service's page against a real `aiayn serve`
-process, and the page `aiayn attention` writes. Never skipped: `.ci/run` installs Chromium."""
+process, and the page `aiayn attention` writes. `make test` installs Chromium and curl where it may
+(tests/system_programs.py); where it may not, these tests skip with the one line that says
+how to get them, except under CI, where they fail."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import torch
 from aiayn.cli import main
 from serve_browser import PHONE, chromium, new_page, served, show_lines, translate_on_page
 from serve_helpers import DOCUMENT, PARAGRAPHS, alone, request, write_head_report
+from system_programs import require
 from tiny_checkpoint import save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
 
@@ -37,6 +40,7 @@ def url(ckpt, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
+    require("chromium")
     with chromium() as browser:
         yield browser
 
@@ -292,6 +296,7 @@ def test_the_readmes_serve_and_curl_commands_run(url):
     """The README's `bash` block: `aiayn serve` (as the module's server runs it, on this
     test's checkpoint and a free port) and each curl command against it, verbatim but for
     the address."""
+    require("curl")
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     lines = [l for l in re.search(r"```bash\n(.*?)```", readme, re.S).group(1).splitlines() if l]
     serve_line, *curls = lines
