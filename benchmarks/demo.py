@@ -12,35 +12,23 @@ rounding in the products; the minutes are the machine's.
 
 from __future__ import annotations
 
-import argparse
-import time
-from pathlib import Path
-
 from aiayn.demo import demo_config, run_demo
-from results import add_arguments, emit
+from demo_main import demo_main
 
-ROOT = Path(__file__).resolve().parents[1]
+
+def scores(done) -> tuple[str, dict]:
+    """The test set and the demo's figures: sacreBLEU with its signature, chrF."""
+    return "demo test split, 500 sentences", {
+        "bleu": round(done.bleu, 2), "chrf": round(done.report["chrf"]["score"], 2),
+        "signature": done.report["sacrebleu"]["signature"],
+    }  # fmt: skip
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-demo")
-    parser.add_argument("--fast", action="store_true", help="`aiayn demo --fast`: for tests")
-    add_arguments(parser)
-    args = parser.parse_args()
-    start = time.monotonic()
-    done = run_demo(args.out, fast=args.fast, examples=0)
-    config = demo_config(args.out / "data", args.out, fast=args.fast)
-    emit(__file__, {
-        "benchmark": "demo", "test_set": "demo test split, 500 sentences",
-        "model": {"n_layers": config.model.n_layers, "d_model": config.model.d_model,
-                  "n_heads": config.model.n_heads, "d_ff": config.model.d_ff},
-        "train_steps": config.train.max_steps,
-        "bleu": round(done.bleu, 2), "chrf": round(done.report["chrf"]["score"], 2),
-        "signature": done.report["sacrebleu"]["signature"],
-        "train_minutes": round(done.train_minutes, 1),
-        "total_minutes": round((time.monotonic() - start) / 60, 1),
-    }, args)  # fmt: skip
+    demo_main(__file__, __doc__, benchmark="demo", out="bench-demo",
+              fast_help="`aiayn demo --fast`: for tests",
+              run=lambda out, fast: run_demo(out, fast=fast, examples=0),
+              config=demo_config, scores=scores)  # fmt: skip
 
 
 if __name__ == "__main__":

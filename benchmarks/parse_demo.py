@@ -14,41 +14,28 @@ are the machine's.
 
 from __future__ import annotations
 
-import argparse
-import time
-from pathlib import Path
-
 from aiayn.parsing.demo import parse_demo_config, run_parse_demo
-from results import add_arguments, emit
+from demo_main import demo_main
 
-ROOT = Path(__file__).resolve().parents[1]
+EVALB = ("f1", "recall", "precision", "sentences", "error_sentences", "skip_sentences",
+         "valid_sentences", "tagging_accuracy")  # fmt: skip
+
+
+def scores(done) -> tuple[str, dict]:
+    """The test set and the demo's figures: the strict F1, EVALB's own, where EVALB stops."""
+    evalb = done.result.all.as_dict()
+    return f"demo treebank test split, {done.result.gold_lines} trees", {
+        "strict_f1": round(done.f1, 2),
+        "evalb": {k: evalb[k] for k in EVALB},
+        "evalb_max_error_stops_at": done.result.stops_at,
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "bench-demo-parse")
-    parser.add_argument("--fast", action="store_true", help="`--fast`'s small run: for tests")
-    add_arguments(parser)
-    args = parser.parse_args()
-    start = time.monotonic()
-    done = run_parse_demo(args.out, fast=args.fast)
-    config = parse_demo_config(args.out / "data", args.out, fast=args.fast)
-    scores = done.result
-    evalb = scores.all.as_dict()
-    emit(__file__, {
-        "benchmark": "parse_demo",
-        "test_set": f"demo treebank test split, {scores.gold_lines} trees",
-        "model": {"n_layers": config.model.n_layers, "d_model": config.model.d_model,
-                  "n_heads": config.model.n_heads, "d_ff": config.model.d_ff},
-        "train_steps": config.train.max_steps,
-        "strict_f1": round(done.f1, 2),
-        "evalb": {k: evalb[k] for k in ("f1", "recall", "precision", "sentences",
-                                        "error_sentences", "skip_sentences", "valid_sentences",
-                                        "tagging_accuracy")},
-        "evalb_max_error_stops_at": scores.stops_at,
-        "train_minutes": round(done.train_minutes, 1),
-        "total_minutes": round((time.monotonic() - start) / 60, 1),
-    }, args)  # fmt: skip
+    demo_main(__file__, __doc__, benchmark="parse_demo", out="bench-demo-parse",
+              fast_help="`--fast`'s small run: for tests",
+              run=lambda out, fast: run_parse_demo(out, fast=fast),
+              config=parse_demo_config, scores=scores)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from aiayn.config import (
     apply_overrides,
     load_config,
     load_yaml,
+    model_differences,
     preset,
     save_yaml,
 )
@@ -144,3 +145,15 @@ def test_a_yaml_file_may_start_from_a_preset(tmp_path):
     path.write_text("preset: [base]\n")  # was a TypeError traceback (unhashable list)
     with pytest.raises(ConfigError, match=r"unknown preset \['base'\]"):
         load_yaml(path)
+
+
+def test_model_differences_name_each_differing_key_in_order_in_the_callers_words():
+    a = ModelConfig(d_model=16, n_heads=2, d_ff=32, n_layers=2, p_drop=0.1)
+    b = dataclasses.replace(a, n_layers=3, d_ff=64, p_drop=0.3)
+    assert model_differences(a, dataclasses.replace(a)) == []
+    assert model_differences(a, b) == [
+        "model.d_ff: 32 vs 64", "model.n_layers: 2 vs 3", "model.p_drop: 0.1 vs 0.3"
+    ]
+    assert model_differences(b, a, "{key}: {a!r}/{b!r}", ignore=("d_ff", "p_drop")) == [
+        "n_layers: 3/2"
+    ]

@@ -100,6 +100,32 @@ def test_no_import_cycle_among_aiayns_modules():
     assert cycles(import_graph(files)) == []
 
 
+BELOW_DATA = {"aiayn.config", "aiayn.errors", "aiayn.jsonfile"}  # what the data stage may use
+
+
+def imports_outside(graph: dict[str, set[str]], package: str, allowed: set[str]) -> dict[str, list[str]]:
+    """{module of `package`: the aiayn modules it imports that are neither in `package` nor
+    `allowed`}, for the modules that import any."""
+    inside = lambda name: name == package or name.startswith(package + ".")  # noqa: E731
+    found = {
+        name: sorted(t for t in targets if not inside(t) and t not in allowed)
+        for name, targets in graph.items()
+        if inside(name)
+    }
+    return {name: targets for name, targets in found.items() if targets}
+
+
+def test_the_data_stage_imports_nothing_above_it():
+    """Data flows data -> model -> checkpoints: `aiayn.data` uses only the config, errors and
+    JSON helpers, never the model, the checkpoints or the trainer (`prepare --vocab-from`
+    reads a checkpoint's vocabularies through `data.checkpoint_vocabs`)."""
+    graph = import_graph(module_files())
+    assert "aiayn.data.prepare" in graph
+    assert imports_outside(graph, "aiayn.data", BELOW_DATA) == {}
+    graph["aiayn.data.prepare"] = graph["aiayn.data.prepare"] | {"aiayn.checkpoint"}
+    assert imports_outside(graph, "aiayn.data", BELOW_DATA) == {"aiayn.data.prepare": ["aiayn.checkpoint"]}
+
+
 def test_the_check_sees_cycles_through_type_checking_function_and_relative_imports(tmp_path):
     package = tmp_path / "pkg"
     (package / "sub").mkdir(parents=True)

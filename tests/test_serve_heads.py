@@ -7,9 +7,11 @@ import json
 
 import pytest
 
+from aiayn.analysis.heads_output import HEADS as REPORT_SCHEMA
 from aiayn.analysis.heads_output import behaviour, read_report
 from aiayn.cli import main
 from aiayn.errors import ConfigError
+from aiayn.json_schema import fits
 from aiayn.serve.service import ServeConfig, Service
 from serve_helpers import request, running, write_head_report
 from tiny_checkpoint import save_tiny_checkpoint
@@ -39,6 +41,7 @@ def test_a_report_is_read_back_with_each_heads_behaviour(report_file):
     assert len(data["rows"]) == 3 * LAYERS * HEADS
     assert all(r["behaviour"] == behaviour(r) for r in data["rows"])
     assert all(isinstance(r["importance"], float) for r in data["rows"])
+    assert fits(data, REPORT_SCHEMA)  # what GET /heads serves is what its schema says
 
 
 @pytest.mark.parametrize("change, error", [
@@ -50,6 +53,9 @@ def test_a_report_is_read_back_with_each_heads_behaviour(report_file):
     (lambda d: d["rows"][0].update(layer=3), "is not a head of this model"),
     (lambda d: d["rows"][0].update(entropy="low"), "is not a head of this model"),
     (lambda d: d["rows"][0].update(importance=None), "some heads have an importance and some none"),
+    (lambda d: d["rows"][0].update(previous=True), "is not a head of this model"),
+    (lambda d: d.pop("sentences"), "its sentences"),
+    (lambda d: d.update(bleu="31.2"), "its sentences"),
 ])  # fmt: skip
 def test_a_report_that_does_not_fit_the_model_is_named(report_file, tmp_path, change, error):
     data = json.loads(report_file.read_text(encoding="utf-8"))

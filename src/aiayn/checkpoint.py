@@ -11,6 +11,8 @@ A checkpoint directory holds everything `aiayn translate` needs and nothing it m
     trainer_state.json         (training checkpoints) scalars, RNG states, data position
     trainer_state.safetensors  (training checkpoints) optimizer tensors
 
+Its plain part (metadata, config, vocabularies) is read by `aiayn.data.checkpoint_vocabs`,
+which the data stage uses alone (`prepare --vocab-from`); this module adds the weights.
 It is written whole or not at all (`atomic_dir.new_directory`). Weights load only through
 safetensors and configs through `yaml.safe_load`: a pickle in the directory is never opened.
 
@@ -36,21 +38,26 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from aiayn.atomic_dir import new_directory
-from aiayn.config import Config, from_dict, to_dict
+from aiayn.config import Config, to_dict
 from aiayn.data.binarize import MANIFEST
-from aiayn.data.marian_vocab import SUFFIX, MarianVocab, load_vocab
+from aiayn.data.checkpoint_vocabs import (
+    CONFIG,
+    FORMAT,
+    META,
+    SHARED_VOCAB,  # noqa: F401 (the layout's names are also `aiayn.checkpoint`'s)
+    VERSION,
+    read_config,
+    read_meta,
+    read_vocabs,
+    vocab_files,
+)
+from aiayn.data.marian_vocab import SUFFIX, MarianVocab
 from aiayn.data.vocab import Vocab
-from aiayn.errors import AiaynError, CheckpointError
+from aiayn.errors import CheckpointError
 from aiayn.jsonfile import read_object
 from aiayn.model.transformer import Transformer
 
-FORMAT = "aiayn-checkpoint"
-VERSION = 1
 WEIGHTS = "model.safetensors"
-CONFIG = "config.yaml"
-META = "checkpoint.json"
-SHARED_VOCAB, SRC_VOCAB, TGT_VOCAB = "vocab.model", "src_vocab.model", "tgt_vocab.model"
-MARIAN_VOCABS = f"src_vocab{SUFFIX}", f"tgt_vocab{SUFFIX}"  # `model.vocab_format: marian`
 TRAINER_JSON, TRAINER_TENSORS = "trainer_state.json", "trainer_state.safetensors"
 
 
@@ -116,7 +123,7 @@ class Checkpoint:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.meta: dict[str, Any] = _read_meta(self.path)
+        self.meta: dict[str, Any] = read_meta(self.path)
         self.model: Transformer | None = None  # set by `load`
 
     def load(self, device: str | torch.device = "cpu", dtype: torch.dtype | None = None) -> Transformer:
@@ -128,51 +135,14 @@ class Checkpoint:
 
     @functools.cached_property
     def config(self) -> Config:
-        """The full config the model was built from. A checkpoint config lists every key;
-        one without `model.attention_bias` was saved before that key existed, when
-        attention had biases."""
-        path = self.path
-        try:
-            data = yaml.safe_load((path / CONFIG).read_text("utf-8"))
-            if isinstance(data, dict) and isinstance(data.get("model"), dict):
-                data["model"].setdefault("attention_bias", True)
-            return from_dict(data or {}, where=str(path / CONFIG))
-        except FileNotFoundError:
-            raise CheckpointError(f"{path}: {CONFIG} is missing") from None
-        except (yaml.YAMLError, UnicodeDecodeError) as err:
-            raise CheckpointError(f"{path / CONFIG}: unreadable ({err})") from None
-        except AiaynError as err:
-            raise CheckpointError(f"{path}: bad config: {err}") from None
+        """The full config the model was built from (`read_config`)."""
+        return read_config(self.path)
 
     @functools.cached_property
     def vocabs(self) -> tuple[Vocab, Vocab]:
         """(source, target) vocabularies (the same object twice for a shared one), checked
         against the config: their special ids, sizes and (MarianMT's) numbering."""
-        path, m = self.path, self.config.model
-        files = vocab_files(self.config)
-        loaded: dict[str, Vocab] = {}
-        for name in dict.fromkeys(files):
-            try:
-                loaded[name] = load_vocab(path / name)
-            except AiaynError as err:
-                raise CheckpointError(f"{path}: vocabulary {name} is missing or invalid ({err})") from None
-        src_vocab, tgt_vocab = (loaded[name] for name in files)
-        ids = (tgt_vocab.pad_id, tgt_vocab.bos_id, tgt_vocab.eos_id)
-        if ids != (m.pad_id, m.bos_id, m.eos_id) or src_vocab.eos_id != m.eos_id:
-            raise CheckpointError(
-                f"{path}: the vocabulary's (pad, bos, eos) ids are {ids}, the config's "
-                f"(model.pad_id, model.bos_id, model.eos_id) = {(m.pad_id, m.bos_id, m.eos_id)}"
-            )
-        if m.vocab_format == "marian" and src_vocab.id_space != tgt_vocab.id_space:
-            raise CheckpointError(f"{path}: the two sides of its MarianMT vocabulary number "
-                                  "their pieces differently")  # fmt: skip
-        sizes = (src_vocab.size if not m.shared_vocab else None, tgt_vocab.size)
-        if sizes != (m.src_vocab_size, m.vocab_size):
-            raise CheckpointError(
-                f"{path}: vocabulary sizes {sizes} do not match the config's "
-                f"(src_vocab_size, vocab_size) = {(m.src_vocab_size, m.vocab_size)}"
-            )
-        return src_vocab, tgt_vocab
+        return read_vocabs(self.path, self.config)
 
     @functools.cached_property
     def languages(self) -> tuple[str | None, str | None]:
@@ -244,41 +214,6 @@ def load_checkpoint(
     ckpt.vocabs  # noqa: B018 (read now: a missing vocabulary fails here, not mid-translation)
     ckpt.load(device, dtype)
     return ckpt
-
-
-def _read_meta(path: Path) -> dict[str, Any]:
-    if not path.is_dir():
-        raise CheckpointError(f"{path}: no such checkpoint directory")
-    if not (path / META).is_file():
-        if (path / MANIFEST).is_file():
-            raise CheckpointError(
-                f"{path}: is prepared data (made by `aiayn prepare`), not a checkpoint; "
-                "checkpoints are under <train.out_dir>/checkpoints/"
-            )
-        pickles = sorted(p.name for p in path.glob("*") if p.suffix in (".pt", ".pth", ".pkl", ".bin"))
-        hint = (
-            f" (found {', '.join(pickles)}: aiayn never loads pickle files, which can run code)"
-            if pickles
-            else ""
-        )
-        raise CheckpointError(f"{path}: not an aiayn checkpoint, {META} is missing{hint}")
-    meta = _read_json(path / META)
-    if meta.get("format") != FORMAT:
-        raise CheckpointError(f"{path / META}: format is {meta.get('format')!r}, not {FORMAT!r}")
-    if not isinstance(meta.get("version", 0), int):
-        raise CheckpointError(f"{path / META}: version {meta['version']!r} is not a number")
-    if meta.get("version", 0) > VERSION:
-        raise CheckpointError(
-            f"{path}: checkpoint version {meta['version']} is newer than this aiayn ({VERSION})"
-        )
-    return meta
-
-
-def vocab_files(config: Config) -> tuple[str, str]:
-    """The (source, target) vocabulary file names of a checkpoint of this config."""
-    if config.model.vocab_format == "marian":
-        return MARIAN_VOCABS
-    return (SHARED_VOCAB, SHARED_VOCAB) if config.model.shared_vocab else (SRC_VOCAB, TGT_VOCAB)
 
 
 def _non_finite(weights: dict[str, torch.Tensor]) -> list[str]:

@@ -206,17 +206,18 @@ class DecodeConfig:
 
 
 def model_differences(
-    first: ModelConfig, second: ModelConfig, names: tuple[str, str] | None = None
+    first: ModelConfig,
+    second: ModelConfig,
+    form: str = "model.{key}: {a} vs {b}",
+    ignore: tuple[str, ...] = (),
 ) -> list[str]:
-    """"model.KEY: A vs B" (with `names`, "model.KEY: A <first name>, B <second name>") for
-    each architecture key in which two configs differ, in the dataclass's order."""
+    """`form` filled in (`key`, and the values `a` of `first` and `b` of `second`) for each
+    architecture key but those in `ignore` in which two configs differ, in the dataclass's
+    order: the one comparison behind every refusal to mix architectures (averaging,
+    resuming, fine-tuning), each caller wording it its own way."""
     a, b = dataclasses.asdict(first), dataclasses.asdict(second)
-    found = []
-    for key in a:
-        if a[key] != b[key]:
-            pair = f"{a[key]} vs {b[key]}" if names is None else f"{a[key]} {names[0]}, {b[key]} {names[1]}"
-            found.append(f"model.{key}: {pair}")
-    return found
+    return [form.format(key=key, a=a[key], b=b[key])
+            for key in a if key not in ignore and a[key] != b[key]]  # fmt: skip
 
 
 def _check_ranges(

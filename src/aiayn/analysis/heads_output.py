@@ -17,12 +17,30 @@ from aiayn.attention_plot import _write_atomic
 from aiayn.attention_view import KINDS
 from aiayn.data.corpus import read_lines
 from aiayn.errors import ConfigError, DataError
+from aiayn.json_schema import COUNT, NUMBER, STRING, array, fits, obj
 from aiayn.jsonfile import read_object
 from aiayn.translate import Translator
 
 TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention",
           "cross": "encoder-decoder attention"}  # fmt: skip
 TAGS = {"previous": "prev", "same": "same", "next": "next", "eos": "eos", "punctuation": "punct"}
+
+# The report's shape, once: `read_report` checks files against it, `aiayn serve` publishes it.
+_ROW = (
+    {"kind": {"enum": list(KINDS)}, "layer": COUNT, "head": COUNT}
+    | {name: NUMBER for name in STATS}
+    | {"importance": {"type": ["number", "null"], "description": "dev BLEU lost when masked"}}
+)  # fmt: skip
+WRITTEN_HEAD = obj(_ROW, tuple(_ROW))  # a row as `aiayn heads --json` writes it
+HEAD = obj(  # a row as `read_report` gives it back (GET /heads)
+    _ROW | {"behaviour": {**STRING, "description": "what it mostly looks at, or its distance"}},
+    (*_ROW, "behaviour"),
+)  # fmt: skip
+HEADS = obj(
+    {"sentences": {"type": "integer"}, "layers": COUNT, "heads": COUNT,
+     "bleu": {"type": ["number", "null"]}, "rows": array(HEAD)},
+    ("sentences", "layers", "heads", "rows"),
+)  # fmt: skip
 
 
 def behaviour(stats: dict[str, float]) -> str:
@@ -35,7 +53,8 @@ def read_report(path: str | Path, layers: int, heads: int) -> dict:
     """The JSON that `aiayn heads --json` wrote, checked against a model of `layers` layers of
     `heads` heads: every kind, layer and head once, each with its statistics (numbers) and
     importance (a number, or null for all). Each row gains its `behaviour` label, so that the
-    web page's grid says what the PNG's does. A ConfigError names what does not fit."""
+    web page's grid says what the PNG's does; the result fits `HEADS`, the schema that
+    GET /heads publishes. A ConfigError names what does not fit."""
     path = Path(path)
     data = read_object(path, ConfigError)
     if (data.get("layers"), data.get("heads")) != (layers, heads):
@@ -48,11 +67,7 @@ def read_report(path: str | Path, layers: int, heads: int) -> dict:
         if not isinstance(row, dict):
             raise ConfigError(f"{path}: a row is not an object: {row!r:.60}")
         key = (row.get("kind"), row.get("layer"), row.get("head"))
-        numbers = [row.get(k) for k in STATS] + [row.get("importance")]
-        if (key[0] not in KINDS or key[1] not in range(1, layers + 1)
-                or key[2] not in range(1, heads + 1) or key in seen
-                or not all(isinstance(v, (int, float)) for v in numbers[:-1])
-                or not isinstance(numbers[-1], (int, float, type(None)))):  # fmt: skip
+        if not fits(row, WRITTEN_HEAD) or key[1] > layers or key[2] > heads or key in seen:
             raise ConfigError(f"{path}: row {row!r:.120} is not a head of this model with "
                               "its statistics, or is there twice")  # fmt: skip
         seen.add(key)
@@ -63,6 +78,9 @@ def read_report(path: str | Path, layers: int, heads: int) -> dict:
                           f"layers x {heads} heads)")  # fmt: skip
     if len({row["importance"] is None for row in rows}) > 1:
         raise ConfigError(f"{path}: some heads have an importance and some none")
+    if not fits(data, HEADS):  # what is left: `sentences` and `bleu`
+        raise ConfigError(f"{path}: its sentences (an integer) or bleu (a number or null) is "
+                          "missing or of another type")  # fmt: skip
     return data
 
 

@@ -36,7 +36,7 @@ from aiayn.data.corpus import (
     resolve_split,
 )
 from aiayn.data.prepare_options import PrepareOptions
-from aiayn.checkpoint import Checkpoint
+from aiayn.data.checkpoint_vocabs import checkpoint_vocabs
 from aiayn.data.marian_vocab import SUFFIX, AnyVocab, MarianVocab
 from aiayn.data.vocab import Vocab, cpu_threads
 from aiayn.errors import DataError
@@ -220,12 +220,6 @@ def _trained_vocabs(
     if o.joint_vocab:
         return trained["joint"], trained["joint"]
     return trained[src], trained[tgt]
-
-
-def checkpoint_vocabs(checkpoint: str | Path) -> tuple[AnyVocab, AnyVocab]:
-    """The (source, target) vocabularies of a checkpoint directory: `prepare --vocab-from`
-    encodes new text with them, so that a model can go on training on it (fine-tuning)."""
-    return Checkpoint(checkpoint).vocabs  # a checkpoint, or an error saying what it is
 
 
 def _roundtrip_failures(files: ParallelFiles, src_vocab: Vocab, tgt_vocab: Vocab) -> int:

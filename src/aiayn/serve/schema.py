@@ -9,16 +9,10 @@ Every error, on every route, is `{"error": message}`. `/openapi.json` serves the
 
 from __future__ import annotations
 
-from typing import Any
-
-from aiayn.analysis.heads import STATS
-from aiayn.attention_view import KINDS
+from aiayn.analysis.heads_output import HEADS  # noqa: F401 (GET /heads: the report's own)
+from aiayn.json_schema import NUMBER, STRING, Schema, array, obj
 from aiayn.serve.service import ServeConfig
 
-Schema = dict[str, Any]
-
-STRING: Schema = {"type": "string"}
-NUMBER: Schema = {"type": "number"}
 ERROR: Schema = {
     "type": "object",
     "properties": {"error": {"type": "string", "description": "what was wrong, in one line"}},
@@ -38,14 +32,6 @@ REASONS = {
     503: "not ready (the model is loading) or the queue is full (--max-queue)",
     504: "not translated within --timeout",
 }  # fmt: skip
-
-
-def obj(properties: dict[str, Schema], required: tuple[str, ...] = (), **extra: Any) -> Schema:
-    return {"type": "object", "properties": properties, "required": list(required), **extra}
-
-
-def array(items: Schema, **extra: Any) -> Schema:
-    return {"type": "array", "items": items, **extra}
 
 
 def json_body(schema: Schema, *, form: bool = False, description: str = "") -> dict:
@@ -199,17 +185,4 @@ INFO = obj(
      ("model", "languages", "decode", "limits", "batching", "stats")}
     | {"ready": {"type": "boolean"}},
     ("model", "languages", "decode", "limits", "batching", "ready", "stats"),
-)  # fmt: skip
-COUNT: Schema = {"type": "integer", "minimum": 1}
-HEAD = obj(
-    {"kind": {"enum": list(KINDS)}, "layer": COUNT, "head": COUNT}
-    | {name: NUMBER for name in STATS}
-    | {"importance": {"type": ["number", "null"], "description": "dev BLEU lost when masked"},
-       "behaviour": {**STRING, "description": "what it mostly looks at, or its distance"}},
-    ("kind", "layer", "head", *STATS, "importance", "behaviour"),
-)  # fmt: skip
-HEADS = obj(
-    {"sentences": {"type": "integer"}, "layers": COUNT, "heads": COUNT,
-     "bleu": {"type": ["number", "null"]}, "rows": array(HEAD)},
-    ("sentences", "layers", "heads", "rows"),
 )  # fmt: skip

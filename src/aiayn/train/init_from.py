@@ -14,13 +14,12 @@ training, not architecture (sec. 5.4). Each refusal is one line naming the first
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import torch
 
 from aiayn.checkpoint import load_checkpoint
-from aiayn.config import Config
+from aiayn.config import Config, model_differences
 from aiayn.data.marian_vocab import AnyVocab
 from aiayn.errors import ConfigError, DataError
 
@@ -57,8 +56,6 @@ def init_from(
 
 def first_difference(checkpoint: Config, run: Config) -> str | None:
     """'its model.KEY is A, this run's B' for the first architecture key that differs."""
-    for field in dataclasses.fields(checkpoint.model):
-        ours, theirs = getattr(run.model, field.name), getattr(checkpoint.model, field.name)
-        if field.name not in NOT_ARCHITECTURE and ours != theirs:
-            return f"its model.{field.name} is {theirs!r}, this run's {ours!r}"
-    return None
+    found = model_differences(checkpoint.model, run.model, "its model.{key} is {a!r}, this "
+                              "run's {b!r}", ignore=NOT_ARCHITECTURE)  # fmt: skip
+    return found[0] if found else None

@@ -212,7 +212,9 @@ def _check_state(path: Path, state: dict, tensors: dict[str, torch.Tensor]) -> N
 def _check_compatible(ckpt: Checkpoint, data: RunData, env: distributed.DistEnv) -> None:
     """The checkpoint must hold this model and vocabulary; one rank count per run."""
     path, saved, config = ckpt.path, ckpt.config, data.config
-    diff = model_differences(saved.model, config.model, ("in the checkpoint", "now"))
+    diff = model_differences(
+        saved.model, config.model, "model.{key}: {a} in the checkpoint, {b} now"
+    )
     if diff:
         hint = (
             "; a run started before attention_bias existed had biases: add "
