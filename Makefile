@@ -39,7 +39,7 @@ test: install
 
 # The documentation site (mkdocs.yml, docs/) into site/, strict: a broken link fails it.
 docs: install
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) $(LT_VENV) runs site
