@@ -73,7 +73,8 @@ def documented_names() -> dict[str, bool]:
 def example_imports() -> set[str]:
     """The aiayn modules imported by the ```python blocks of the README and the pages."""
     files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    blocks = [b for f in files for b in re.findall(r"```python\n(.*?)```", f.read_text(encoding="utf-8"), re.S)]
+    text = "".join(f.read_text(encoding="utf-8") for f in files)
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     return {a or b for block in blocks for a, b in IMPORT.findall(block)}
 
 
@@ -81,8 +82,8 @@ def example_imports() -> set[str]:
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's notice about MkDocs 2
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     return out
 
@@ -92,7 +93,8 @@ def test_the_site_builds_in_strict_mode_with_every_page(site):
                  "heads", "experiments", "reproduce", "reliability", "code-map", "results",
                  "api", "benchmarks"):  # fmt: skip
         assert (site / page / "index.html").is_file() or (site / f"{page}.html").is_file(), page
-    assert (site / "serve.png").is_file() and (site / "benchmarks" / "plots" / "table3.png").is_file()
+    assert (site / "serve.png").is_file()
+    assert (site / "benchmarks" / "plots" / "table3.png").is_file()
     results = {p.name for p in (ROOT / "benchmarks" / "results").glob("*.json")}
     assert {p.name for p in (site / "benchmarks" / "results").glob("*.json")} == results
 
