@@ -43,6 +43,7 @@ matplotlib and FreeType versions; they are the same from run to run on one insta
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -444,6 +445,7 @@ def _oneline(text: str) -> str:
     return " ".join(line.strip() for line in text.splitlines() if line.strip()) + "\n"
 
 
+@functools.lru_cache(maxsize=1)
 def _environment():
     import jinja2
 
@@ -522,15 +524,19 @@ def _run(record: dict, bench: str) -> dict:
 def results_table(records: list[dict], bench: str = "benchmarks/") -> str:
     """README's Results table, in short cells: the demos' and Multi30k's rows from result
     files (none without one), then the paper's rows."""
-    return render("results", docs="docs/" if bench == "benchmarks/" else "",
-                  **_results_rows(records, bench))  # fmt: skip
+    return render("results", docs=_docs_prefix(bench), **_results_rows(records, bench))
 
 
 def results_details(records: list[dict], bench: str = "../benchmarks/") -> str:
     """The results page's table: the README's rows with the model's run, the machine in full
     and the result file."""
-    return render("results_details", docs="docs/" if bench == "benchmarks/" else "",
-                  **_results_rows(records, bench))  # fmt: skip
+    return render("results_details", docs=_docs_prefix(bench), **_results_rows(records, bench))
+
+
+def _docs_prefix(bench: str) -> str:
+    """The link to docs/ from a results table's page: 'docs/' from the README (whose link
+    to benchmarks/ is 'benchmarks/'), '' from the results page in docs/."""
+    return "docs/" if bench == "benchmarks/" else ""
 
 
 def newest_published(records: list[dict], script: str) -> dict | None:
