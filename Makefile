@@ -1,5 +1,5 @@
 # The README's two set-up commands: `make demo` and `make test`.
-# The dev install includes the `export`, `onnx` and `argos` extras, whose tests run in CI.
+# The dev install includes the `docs`, `export`, `onnx` and `argos` extras, whose tests run in CI.
 # torch is pinned so that pip takes the local CPU build and never resolves a multi-GB CUDA one.
 PYTHON ?= python3
 VENV := .venv
@@ -12,13 +12,13 @@ TORCH_PIN := torch==2.13.0
 LT_VENV := .venv-lt
 LT_PIN := libretranslate==1.9.6
 
-.PHONY: demo test install libretranslate clean
+.PHONY: demo test docs install libretranslate clean
 
 $(BIN)/aiayn: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q $(TORCH_PIN)
-	$(BIN)/pip install -q -e '.[dev,export,onnx,serve,plot,argos]'
+	$(BIN)/pip install -q -e '.[dev,docs,export,onnx,serve,plot,argos]'
 	touch $(BIN)/aiayn
 
 install: $(BIN)/aiayn
@@ -40,5 +40,9 @@ test: install
 	$(BIN)/python tests/system_programs.py install
 	$(BIN)/python -m pytest
 
+# The documentation site (mkdocs.yml, docs/) into site/, strict: a broken link fails it.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 clean:
-	rm -rf $(VENV) $(LT_VENV) runs
+	rm -rf $(VENV) $(LT_VENV) runs site

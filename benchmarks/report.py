@@ -1,4 +1,5 @@
-"""The generated parts of the READMEs and the plots, from the files in `benchmarks/results/`.
+"""The generated parts of the READMEs and the documentation pages, and the plots, from the files
+in `benchmarks/results/`.
 
     .venv/bin/python benchmarks/report.py [--check]
 
@@ -13,34 +14,39 @@ and were sometimes edited afterwards: they count as uncommitted. A published row
 stale when a file its run exercised differs now (in this checkout: HEAD in a clean one, so
 a README regenerated with a change goes into the same commit) from the file at its commit;
 a note added after the run (the record's `annotation`) is shown as such.
-- `benchmarks/README.md` between `<!-- report:begin summary -->` and `<!-- report:end
-  summary -->`: per machine, the headline figures of the latest result of each benchmark
-  command (the same command run again on the same machine replaces the older one);
-- `README.md` between `<!-- report:begin results -->` and `<!-- report:end results -->`:
-  the Results table, whose Multi30k rows come from `multi30k.py` result files only; between
-  `<!-- report:begin extrapolation -->` and its end marker, what the latest
-  `length_extrapolation.py` result shows, in words and a table, from its figures alone;
-  between `<!-- report:begin alignment -->` and its end marker, the word alignment figures
-  of the latest `alignment.py` result;
-- `README.md` between `<!-- report:begin table3 -->` and its end marker: Table 3 re-run on
-  Multi30k (`table3.py`), each row beside the paper's, bold where outside the base's noise,
-  each update budget's BLEU a column, and the paper's claims held or not at each budget;
+- between `<!-- report:begin NAME -->` and `<!-- report:end NAME -->` in the page that
+  `READMES` names for NAME, the block NAME, its words from the Jinja2 template `NAME.md.j2`
+  beside the pages (`docs/templates/`; `benchmarks/templates/` for benchmarks/README.md),
+  its figures gathered here, its links relative to its page:
+  `summary` (benchmarks/README.md): per machine, the headline figures of the latest result
+  of each benchmark command (the same command run again on the same machine replaces the
+  older one); `results` (README.md): the results table in short cells, whose BLEU rows come
+  from the demos' and `multi30k.py`'s result files only; `results_details`
+  (docs/results.md): the same rows with their runs, machines and result files;
+  `extrapolation` (docs/experiments.md): what the latest `length_extrapolation.py` result
+  shows, in words and a table; `table3` (docs/experiments.md): Table 3 re-run on Multi30k
+  (`table3.py`), each row beside the paper's, bold where outside the base's noise, each
+  update budget's BLEU a column, and the paper's claims held or not at each budget;
+  `alignment` (docs/translate.md): the word alignment figures of the latest `alignment.py`
+  result; `finetune` (docs/export.md): the latest `finetune.py` result;
 - `benchmarks/plots/multi30k_bleu.png` (dev sacreBLEU of each saved checkpoint against its
   training minutes), `benchmarks/plots/speed_ratios.png` (aiayn / peer, per machine),
   `benchmarks/plots/length_extrapolation.png` (sacreBLEU per source length, by positions)
   and `benchmarks/plots/table3.png` (Table 3's dev BLEU against parameters, ours and the
   paper's).
 
-`--check` writes nothing and exits 1 if a README differs from what it would write (the
-test of the same name runs it). The plots are not checked: their bytes depend on the
+`--check` writes nothing and exits 1 if a README or page differs from what it would write
+(the test of the same name runs it). The plots are not checked: their bytes depend on the
 matplotlib and FreeType versions; they are the same from run to run on one installation.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
+import os
 import re
 import shlex
 import sys
@@ -49,19 +55,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PLOTS = ROOT / "benchmarks" / "plots"
+DOCS = ROOT / "docs"
+TEMPLATES = (DOCS / "templates", ROOT / "benchmarks" / "templates")  # the blocks' words
+# marker name -> the page that holds it; each block's words are the template NAME.md.j2
 READMES = {"summary": ROOT / "benchmarks" / "README.md", "results": ROOT / "README.md",
-           "extrapolation": ROOT / "README.md", "alignment": ROOT / "README.md",
-           "table3": ROOT / "README.md",
-           "finetune": ROOT / "README.md"}  # marker name -> the file that holds it
+           "results_details": DOCS / "results.md", "extrapolation": DOCS / "experiments.md",
+           "table3": DOCS / "experiments.md", "alignment": DOCS / "translate.md",
+           "finetune": DOCS / "export.md"}
 OWN_OPTIONS = ("--note", "--results-dir", "--out", "--json-out")  # where and why: not part of a variant
-
-# The paper's rows of the Results table: what we have not run, with the paper's BLEU.
-PAPER_ROWS = [
-    "| WMT14 En→De | `configs/wmt14_en_de_base.yaml` | newstest2014 | not run by us yet "
-    "(needs GPUs) | [docs/reproduce.md](docs/reproduce.md) | 27.3 |",
-    "| WMT14 En→De | `configs/wmt14_en_de_big.yaml` | newstest2014 | not run by us yet | | 28.4 |",
-    "| WMT14 En→Fr | `configs/wmt14_en_fr_big.yaml` | newstest2014 | not run by us yet | | 41.8 |",
-]
 
 
 NOT_COMMITTED = "not measured on committed code"
@@ -209,15 +210,6 @@ def _multi30k(result: dict) -> list[tuple[str, str]]:
 def _demo(result: dict) -> list[tuple[str, str]]:
     return [("sacreBLEU, last 3 averaged", f"{result['bleu']:.2f}"),
             ("training minutes", f"{result['train_minutes']:g}")]  # fmt: skip
-
-
-def _parse_scores(result: dict) -> str:
-    """'F1 **95.05** strict; EVALB (COLLINS.prm) 99.87 over 269 of 300, 31 error, 0 skip'."""
-    e = result["evalb"]
-    evalb = "no F1" if e["f1"] is None else f"{e['f1']:.2f}"
-    return (f"F1 **{result['strict_f1']:.2f}** strict; EVALB (COLLINS.prm) {evalb} over "
-            f"{e['valid_sentences']} of {e['sentences']}, {e['error_sentences']} error, "
-            f"{e['skip_sentences']} skip")
 
 
 def _parse_demo(result: dict) -> list[tuple[str, str]]:
@@ -442,80 +434,109 @@ def _link(record: dict, prefix: str) -> str:
     return text + (f" (note added after the run: {annotation})" if annotation else "")
 
 
-def summary_tables(records: list[dict]) -> str:
+def render(name: str, **context) -> str:
+    """Template `NAME.md.j2` (in `TEMPLATES`) with `context`: the words of a generated
+    block, whose figures this module gathers."""
+    return _environment().get_template(f"{name}.md.j2").render(**context)
+
+
+def _oneline(text: str) -> str:
+    """A paragraph written over several lines of a template, as one line."""
+    return " ".join(line.strip() for line in text.splitlines() if line.strip()) + "\n"
+
+
+@functools.lru_cache(maxsize=1)
+def _environment():
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([str(t) for t in TEMPLATES]),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True,
+                             autoescape=False)  # fmt: skip  # Markdown, not HTML
+    env.filters.update(fmt=format, oneline=_oneline, tokens=_tokens,
+                       code_py=lambda script: f"`{script}.py`",
+                       capitalize_first=lambda s: s[:1].upper() + s[1:])  # fmt: skip
+    return env
+
+
+def bench_prefix(page: Path) -> str:
+    """The relative link from `page` to the benchmarks folder: 'benchmarks/' from the
+    README, '../benchmarks/' from docs/, '' from benchmarks/README.md."""
+    rel = Path(os.path.relpath(ROOT / "benchmarks", page.parent)).as_posix()
+    return "" if rel == "." else rel + "/"
+
+
+def summary_tables(records: list[dict], bench: str = "") -> str:
     """Per machine, a table of the latest result of committed code of each benchmark
     command; a benchmark with results on a machine but none of committed code is listed as
     not measured."""
     shown = latest(published(records))
-    by_machine: dict[str, list[dict | str]] = {}
+    by_machine: dict[str, list[dict]] = {}
     for record in shown:
-        by_machine.setdefault(machine(record), []).append(record)
+        by_machine.setdefault(machine(record), []).append({
+            "command": f"`{record['meta']['script']}.py {variant(record)}`".replace(" `", "`"),
+            "figures": figures(record), "link": _link(record, f"{bench}results/")})  # fmt: skip
     measured = {(machine(r), r["meta"]["script"]) for r in shown}
     unmeasured: dict[str, list[str]] = {}  # machine -> scripts without a committed result there
     for record in records:
         name, script = machine(record), record["meta"]["script"]
         if (name, script) not in measured and script not in unmeasured.get(name, []):
             unmeasured.setdefault(name, []).append(script)
-    if not by_machine and not unmeasured:
-        return "No result files yet.\n"
-    out = []
-    for name in sorted(by_machine.keys() | unmeasured.keys()):
-        out += [f"#### {name}", ""]
-        if name in unmeasured:
-            scripts = ", ".join(f"`{script}.py`" for script in sorted(unmeasured[name]))
-            out += [f"Run here, {NOT_COMMITTED} yet: {scripts}.", ""]
-        if name not in by_machine:
-            continue
-        out += ["| benchmark | figure | value | result file |", "| --- | --- | --- | --- |"]
-        for record in by_machine[name]:
-            command = f"`{record['meta']['script']}.py {variant(record)}`".replace(" `", "`")
-            rows = figures(record) or [("(no headline figure: see the file)", "")]
-            for k, (figure, value) in enumerate(rows):
-                link = _link(record, "results/") if k == 0 else ""
-                out.append(f"| {command if k == 0 else ''} | {figure} | {value} | {link} |")
-        out.append("")
-    return "\n".join(out)
+    machines = [{"name": name, "unmeasured": sorted(unmeasured.get(name, [])),
+                 "records": by_machine.get(name, [])}
+                for name in sorted(by_machine.keys() | unmeasured.keys())]  # fmt: skip
+    return render("summary", machines=machines).rstrip("\n") + "\n"
 
 
-def _demo_row(record: dict, task: str, score: str) -> str:
-    """A demo's row of the Results table (`demo.py`, `parse_demo.py`)."""
-    result, m = record["result"], record["result"]["model"]
-    return (f"| {task} | {m['n_layers']}+{m['n_layers']} layers, d_model {m['d_model']}, "
-            f"{result['train_steps']} steps, last 3 averaged | {result['test_set']} | {score} | "
-            f"{machine(record)}, {result['train_minutes']:g} min of training "
-            f"({_link(record, 'benchmarks/results/')}) | — |")
+DEMOS = (("demo", "offline demo (embedded En→De corpus)"),
+         ("parse_demo", "offline parse demo (demo grammar treebank)"))  # fmt: skip
 
 
-def results_table(records: list[dict]) -> str:
-    """README's Results table: the demos' and Multi30k's rows from result files (none
-    without one), then the paper's rows."""
-    rows = ["| task | model | test set | sacreBLEU, or F1 | hardware, time | paper |",
-            "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+def _results_rows(records: list[dict], bench: str) -> dict:
+    """The results tables' figures: a row per demo and Multi30k result of committed code
+    (the latest per machine and command), and the tasks run only on uncommitted code."""
     shown = published(records)
     unmeasured = []  # run, but not on committed code: named below the table, not as rows
-    for script, task in (("demo", "offline demo (embedded En→De corpus)"),
-                         ("parse_demo", "offline parse demo (demo grammar treebank)"),
-                         ("multi30k", "Multi30k En→De")):  # fmt: skip
+    for script, task in (*DEMOS, ("multi30k", "Multi30k En→De")):
         ran = any(r["meta"]["script"] == script for r in records)
         if ran and not any(r["meta"]["script"] == script for r in shown):
             unmeasured.append(task)
-    for record in latest([r for r in shown if r["meta"]["script"] == "demo"]):
-        rows.append(_demo_row(record, "offline demo (embedded En→De corpus)",
-                              f"**{record['result']['bleu']:.2f}**"))  # fmt: skip
-    for record in latest([r for r in shown if r["meta"]["script"] == "parse_demo"]):
-        rows.append(_demo_row(record, "offline parse demo (demo grammar treebank)",
-                              _parse_scores(record["result"])))  # fmt: skip
-    for record in latest([r for r in shown if r["meta"]["script"] == "multi30k"]):
-        result = record["result"]
-        rows.append(
-            f"| Multi30k En→De | `configs/multi30k.yaml`, {result['steps']:,} updates, "
-            f"{_chosen(result)} | {result['test_set']} | **{result['test']['bleu']:.2f}** | "
-            f"{machine(record)}, {result['total_minutes']:g} min end to end "
-            f"({_link(record, 'benchmarks/results/')}) | — |"
-        )
-    named = ", ".join(unmeasured)
-    after = [f"\n{named[:1].upper()}{named[1:]}: {NOT_COMMITTED} yet."] if unmeasured else []
-    return "\n".join(rows + PAPER_ROWS + after) + "\n"
+    demos = [{**_run(record, bench), "task": task, "result": record["result"]}
+             for script, task in DEMOS
+             for record in latest([r for r in shown if r["meta"]["script"] == script])]
+    multi30k = [{**_run(record, bench), "steps": record["result"]["steps"],
+                 "chosen": _chosen(record["result"]), "test_set": record["result"]["test_set"],
+                 "bleu": record["result"]["test"]["bleu"],
+                 "minutes": record["result"]["total_minutes"]}
+                for record in latest([r for r in shown if r["meta"]["script"] == "multi30k"])]
+    return {"demos": demos, "multi30k": multi30k, "unmeasured": unmeasured}
+
+
+def _run(record: dict, bench: str) -> dict:
+    """Where a result was measured: the machine in full and in short, its file's link, and
+    whether the code it ran has changed since."""
+    m = record["meta"]
+    short = m["gpu"] or f"{m['cpu']['name']}, {m['cpu']['logical_cpus']} CPUs"
+    return {"machine_full": machine(record), "machine": short,
+            "link": _link(record, f"{bench}results/"), "stale": bool(record.get("stale"))}
+
+
+def results_table(records: list[dict], bench: str = "benchmarks/") -> str:
+    """README's Results table, in short cells: the demos' and Multi30k's rows from result
+    files (none without one), then the paper's rows."""
+    return render("results", docs=_docs_prefix(bench), **_results_rows(records, bench))
+
+
+def results_details(records: list[dict], bench: str = "../benchmarks/") -> str:
+    """The results page's table: the README's rows with the model's run, the machine in full
+    and the result file."""
+    return render("results_details", docs=_docs_prefix(bench), **_results_rows(records, bench))
+
+
+def _docs_prefix(bench: str) -> str:
+    """The link to docs/ from a results table's page: 'docs/' from the README (whose link
+    to benchmarks/ is 'benchmarks/'), '' from the results page in docs/."""
+    return "docs/" if bench == "benchmarks/" else ""
 
 
 def newest_published(records: list[dict], script: str) -> dict | None:
@@ -525,65 +546,38 @@ def newest_published(records: list[dict], script: str) -> dict | None:
 
 
 def none_yet(script: str) -> str:
-    """A README paragraph's stand-in while `script` has no result of committed code."""
+    """A generated paragraph's stand-in while `script` has no result of committed code."""
     return f"No `{script}.py` result of committed code yet ({NOT_COMMITTED}).\n"
 
 
-def extrapolation_text(records: list[dict]) -> str:
-    """README's account of the latest `length_extrapolation.py` result of committed code:
-    every figure in it read from the file, the comparison's words chosen by those figures."""
+def extrapolation_text(records: list[dict], bench: str = "../benchmarks/") -> str:
+    """The experiments page's account of the latest `length_extrapolation.py` result of
+    committed code: every figure in it read from the file, the comparison's words chosen by
+    those figures (in its template)."""
     record = newest_published(records, "length_extrapolation")
     if record is None:
         return none_yet("length_extrapolation")
     r = record["result"]
-    first, last = r["buckets"][0], r["buckets"][-1]
-    kept = {p: _kept(first[p]["bleu"], last[p]["bleu"]) for p in ("sinusoidal", "learned")}
-    text = (
-        f"Trained on {r['train_pairs']:,} pairs of at most {r['max_train_tokens']} subword "
-        f"tokens a side ({r['steps']} updates, {r['model']['n_layers']}+"
-        f"{r['model']['n_layers']} layers, d_model {r['model']['d_model']}), the model with "
-        f"sinusoids scores {first['sinusoidal']['bleu']:.2f} sacreBLEU on held-out sources of "
-        f"{_tokens(first)} tokens and {last['sinusoidal']['bleu']:.2f} on sources of "
-        f"{_tokens(last)} tokens, {kept['sinusoidal']}; the same model with learned "
-        f"positions (Table 3 row E) scores {first['learned']['bleu']:.2f} and "
-        f"{last['learned']['bleu']:.2f}, {kept['learned']}. "
-        f"{_verdict(last['sinusoidal']['bleu'], last['learned']['bleu'], _tokens(last))} "
-        f"There the translations are {last['sinusoidal']['length_ratio']:.0%} (sinusoids) and "
-        f"{last['learned']['length_ratio']:.0%} (learned) as long as the references, in "
-        f"words, against {first['sinusoidal']['length_ratio']:.0%} and "
-        f"{first['learned']['length_ratio']:.0%} within the training lengths. "
-        f"Beam {r['beam']}; the length ratio is hypothesis / reference words, the mean over "
-        f"a bucket's sentences ({machine(record)}, {_link(record, 'benchmarks/results/')}; "
-        f"plot: [benchmarks/plots/length_extrapolation.png]"
-        f"(benchmarks/plots/length_extrapolation.png))."
-    )
-    rows = ["| source tokens | sentences | sacreBLEU, sinusoids | sacreBLEU, learned | "
-            "length ratio, sinusoids | length ratio, learned |", "|---" * 6 + "|"]
-    rows += [f"| {_tokens(b)} | {b['sentences']} | {b['sinusoidal']['bleu']:.2f} | "
-             f"{b['learned']['bleu']:.2f} | {b['sinusoidal']['length_ratio']:.2f} | "
-             f"{b['learned']['length_ratio']:.2f} |" for b in r["buckets"]]  # fmt: skip
-    return "\n".join([text, "", *rows]) + "\n"
+    return render("extrapolation", r=r, first=r["buckets"][0], last=r["buckets"][-1],
+                  machine=machine(record), link=_link(record, f"{bench}results/"),
+                  plot=f"{bench}plots/length_extrapolation.png")  # fmt: skip
 
 
-def alignment_text(records: list[dict]) -> str:
-    """README's word alignment figures: the latest `alignment.py` result."""
+def alignment_text(records: list[dict], bench: str = "../benchmarks/") -> str:
+    """The translation page's word alignment figures: the latest `alignment.py` result."""
     record = newest_published(records, "alignment")
     if record is None:
         return none_yet("alignment")
     r = record["result"]
     default, best = r["default_in_src"], r["best_single_head"]
-    return (
-        f"On the demo's held-out test split ({r['sentences']} pairs, {r['gold_links']:,} gold "
-        f"links) a {r['layers']}+{r['layers']}-layer demo model aligns with precision "
-        f"{default['precision']:.3f}, recall {default['recall']:.3f} and AER "
-        f"{default['aer']:.3f} ({_alignment_choice(default)}, the default); its best single "
-        f"head ({_alignment_choice(best)}) gives {_prf(best)} "
-        f"({_link(record, 'benchmarks/results/')}).\n"
-    )
+    return render("alignment", r=r, default=default, best=best,
+                  default_choice=_alignment_choice(default), best_choice=_alignment_choice(best),
+                  link=_link(record, f"{bench}results/"))  # fmt: skip
 
 
-def finetune_text(records: list[dict]) -> str:
-    """README's account of the latest `finetune.py` result, every figure read from it."""
+def finetune_text(records: list[dict], bench: str = "../benchmarks/") -> str:
+    """The export page's account of the latest `finetune.py` result, every figure read from
+    it."""
     record = newest_published(records, "finetune")
     if record is None:
         return none_yet("finetune")
@@ -591,41 +585,9 @@ def finetune_text(records: list[dict]) -> str:
     base = r["models"][0]
     tuned = [m for m in r["models"] if m["start"] == "base" and m["minutes"] > 0]
     scratch = [m for m in r["models"] if m["start"] == "random"]
-    demo, val = (lambda m: m["demo_test"]["bleu"]), (lambda m: m["multi30k_val"]["bleu"])
-    at = " and ".join(f"{demo(m):.2f} after {m['minutes']:g} minutes" for m in tuned)
-    kept = " and ".join(f"{val(m):.2f}" for m in tuned)
-    forgot = ": what it forgot" if all(val(m) < val(base) for m in tuned) else ""
-    text = (
-        f"The Multi30k model scores {demo(base):.2f} sacreBLEU on the demo corpus's test "
-        f"split ({r['demo']['test_pairs']} pairs) and {val(base):.2f} on Multi30k's val. "
-        f"Fine-tuned on the demo corpus ({r['demo']['train_pairs']:,} pairs, encoded with its "
-        f"vocabulary), it reaches {at} on the demo test, while its Multi30k val BLEU "
-        f"becomes {kept} (from {val(base):.2f}{forgot}); the same network trained from "
-        f"random weights for the same minutes reaches "
-        + " and ".join(f"{demo(m):.2f}" for m in scratch)
-        + f" ({machine(record)}, {_link(record, 'benchmarks/results/')})."
-    )
-    rows = ["| start | minutes | updates | demo test sacreBLEU | Multi30k val sacreBLEU |",
-            "|---" * 5 + "|"]  # fmt: skip
-    rows += [f"| {'Multi30k model' if m['start'] == 'base' else 'random weights'} | "
-             f"{m['minutes']:g} | {m['steps']} | {demo(m):.2f} | {val(m):.2f} |"
-             for m in r["models"]]  # fmt: skip
-    return "\n".join([text, "", *rows]) + "\n"
-
-
-def _kept(within: float, beyond: float) -> str:
-    """'64% of it': the share of the in-range BLEU kept beyond it."""
-    return f"{beyond / within:.0%} of it" if within > 0 else "no in-range BLEU to compare"
-
-
-def _verdict(sinusoidal: float, learned: float, tokens: str) -> str:
-    """Which positions extrapolated better on the longest bucket, or that they tie."""
-    if abs(sinusoidal - learned) < 1.0:
-        return f"On sources of {tokens} tokens the two are within 1 BLEU of each other."
-    better, worse = ("sinusoids", "learned positions") if sinusoidal > learned \
-        else ("learned positions", "sinusoids")  # fmt: skip
-    return (f"On sources of {tokens} tokens {better} are {abs(sinusoidal - learned):.2f} BLEU "
-            f"ahead of {worse}.")
+    forgot = all(m["multi30k_val"]["bleu"] < base["multi30k_val"]["bleu"] for m in tuned)
+    return render("finetune", r=r, base=base, tuned=tuned, scratch=scratch, forgot=forgot,
+                  machine=machine(record), link=_link(record, f"{bench}results/"))  # fmt: skip
 
 
 def _table3_runs(records: list[dict]) -> list[dict]:
@@ -635,18 +597,9 @@ def _table3_runs(records: list[dict]) -> list[dict]:
 
 def table3_budgets(records: list[dict]) -> list[dict]:
     """The latest `table3.py run` result of each update budget, the longest budget first:
-    the README's table is the first, the others a column each beside it."""
+    the experiments page's table is the first, the others a column each beside it."""
     latest = {r["result"]["updates"]: r for r in _table3_runs(records)}  # later wins
     return [latest[u] for u in sorted(latest, reverse=True)]
-
-
-def _marked(value: float, outside: bool, digits: int) -> str:
-    return f"**{value:.{digits}f}**" if outside else f"{value:.{digits}f}"
-
-
-def _bleu_cell(row: dict) -> str:
-    """A table3 row's dev BLEU, bold outside its base's noise."""
-    return _marked(row["dev"]["bleu"], row["outside_noise"]["dev_bleu"], 2)
 
 
 # What the paper reads off Table 3 (sec. 6.2), as (rows, the rows' rank against the base's
@@ -692,80 +645,24 @@ def claim_verdict(result: dict, rows: tuple[str, ...], expected: str) -> str:
     return f"{verdict}: {', '.join(parts)}"
 
 
-def table3_text(records: list[dict]) -> str:
-    """README's Table 3 on Multi30k from the latest `table3.py run` result of the longest
-    update budget: each row beside the paper's, in bold where it lies outside the base's
-    seed-to-seed noise; the other budgets' dev BLEU beside it; then the paper's claims,
-    each against each budget."""
+def table3_text(records: list[dict], bench: str = "../benchmarks/") -> str:
+    """The experiments page's Table 3 on Multi30k from the latest `table3.py run` result of
+    the longest update budget: each row beside the paper's, in bold where it lies outside
+    the base's seed-to-seed noise; the other budgets' dev BLEU beside it; then the paper's
+    claims, each against each budget."""
     budgets = table3_budgets(published(records))
     if not budgets:
         return none_yet("table3")
     record, others = budgets[0], budgets[1:]
-    r = record["result"]
-    bleu, ppl = r["noise"]["dev_bleu"], r["noise"]["dev_ppl"]
-    text = (
-        f"Each row of Table 3 scaled by the paper's factors from one Multi30k base (the first "
-        f"row: `BASE` in `benchmarks/table3.py`, over `configs/multi30k.yaml`), trained {r['updates']:,} updates (big: 3 times as many, as the paper's "
-        f"300K against 100K) on the same batches with the same seed, scored on val (the dev "
-        f"set): the last checkpoint, beam 4, sacreBLEU; perplexity per subword. Over "
-        f"{bleu['n']} seeds the base scores {bleu['mean']:.2f} BLEU (sd {bleu['sd']:.2f}) and "
-        f"{ppl['mean']:.2f} perplexity (sd {ppl['sd']:.2f}); a figure in **bold** lies outside "
-        f"the 95% prediction interval of another base run ({bleu['interval'][0]:.2f}–"
-        f"{bleu['interval'][1]:.2f} BLEU, {ppl['interval'][0]:.2f}–{ppl['interval'][1]:.2f} "
-        f"perplexity), a difference the seed alone would rarely make. The paper's figures are "
-        f"on newstest2013 (WMT14 En→De), beside ours ({machine(record)}, "
-        f"{_link(record, 'benchmarks/results/')}; plot: "
-        f"[benchmarks/plots/table3.png](benchmarks/plots/table3.png))."
-    )
-    for other in others:
-        o = other["result"]
-        b = o["noise"]["dev_bleu"]
-        text += (
-            f" The column \"BLEU, {o['updates']:,} updates\" is the same table trained "
-            f"{o['updates']:,} updates (big: 3 times as many; base {b['mean']:.2f} ± "
-            f"{b['sd']:.2f} over {b['n']} seeds; bold outside {b['interval'][0]:.2f}–"
-            f"{b['interval'][1]:.2f}; {machine(other)}, {_link(other, 'benchmarks/results/')})."
-        )
-    extra = [{row["row"]: row for row in o["result"]["rows"]} for o in others]
-    head = ("| row | N | d_model | d_ff | h | d_k | d_v | P_drop | ε_ls | positions | updates | "
-            "dev PPL | dev BLEU | " + "".join(f"BLEU, {o['result']['updates']:,} updates | "
-                                                for o in others)
-            + "params ×10⁶ | paper PPL | paper BLEU | paper params ×10⁶ |")  # fmt: skip
-    rows = [head, "|---" * (17 + len(others)) + "|"]
-    for row in r["rows"]:
-        m, paper, out = row["model"], r["paper"][row["row"]], row["outside_noise"]
-        params = "" if paper["params_m"] is None else paper["params_m"]
-        beside = "".join(f"{_bleu_cell(e[row['row']])} | " if row["row"] in e else " | "
-                         for e in extra)  # fmt: skip
-        rows.append(
-            f"| {row['row']} | {m['n_layers']} | {m['d_model']} | {m['d_ff']} | {m['n_heads']} | "
-            f"{m['d_k']} | {m['d_v']} | {m['p_drop']:g} | {row['eps_ls']:g} | {m['positional']} | "
-            f"{row['updates']:,} | {_marked(row['dev_ppl'], out['dev_ppl'], 2)} | "
-            f"{_bleu_cell(row)} | {beside}{row['params'] / 1e6:.2f} | "
-            f"{paper['ppl']:.2f} | {paper['bleu']:.1f} | {params} |"
-        )
-    seeds = ", ".join(f"{s['dev']['bleu']:.2f}" for s in r["base_seeds"])
-    beside = "".join(f"{o['result']['noise']['dev_bleu']['mean']:.2f} ± "
-                     f"{o['result']['noise']['dev_bleu']['sd']:.2f} | " for o in others)
-    rows.append(f"| base, {bleu['n']} seeds | | | | | | | | | | | {ppl['mean']:.2f} ± "
-                f"{ppl['sd']:.2f} | {bleu['mean']:.2f} ± {bleu['sd']:.2f} ({seeds}) | {beside}"
-                "| | | |")  # fmt: skip
-    claims = [
-        "The paper's readings of Table 3 (sec. 6.2), each tested on these tables: a row's dev "
-        "BLEU less the base's seed mean, \"(noise)\" where it lies inside the base's 95% "
-        "interval; a claim is held when every row goes the claimed way outside the noise, "
-        "contradicted when rows go only the other way outside it, mixed when both; E's "
-        "\"about as well\" is consistent when the row lies inside the noise, which is as "
-        "wide as the interval above.",
-        "",
-        "| the paper's claim | " + " | ".join(f"{b['result']['updates']:,} updates"
-                                             for b in budgets) + " |",
-        "|---" * (1 + len(budgets)) + "|",
-    ]
-    for claim, names, expected in TABLE3_CLAIMS:
-        cells = " | ".join(claim_verdict(b["result"], names, expected) for b in budgets)
-        claims.append(f"| {claim} | {cells} |")
-    return "\n".join([text, "", *rows, "", *claims]) + "\n"
+    claims = [(claim, [claim_verdict(b["result"], names, expected) for b in budgets])
+              for claim, names, expected in TABLE3_CLAIMS]  # fmt: skip
+    return render(
+        "table3", r=record["result"], machine=machine(record),
+        link=_link(record, f"{bench}results/"), plot=f"{bench}plots/table3.png",
+        others=[{"result": o["result"], "machine": machine(o), "link": _link(o, f"{bench}results/"),
+                 "rows": {row["row"]: row for row in o["result"]["rows"]}} for o in others],
+        budgets=budgets, claims=claims,
+    )  # fmt: skip
 
 
 def replace_between(text: str, name: str, body: str, where: str = "README") -> str:
@@ -777,15 +674,20 @@ def replace_between(text: str, name: str, body: str, where: str = "README") -> s
     return pattern.sub(lambda _: begin + body + end, text)
 
 
+MAKERS = {"summary": summary_tables, "results": results_table,
+          "results_details": results_details, "extrapolation": extrapolation_text,
+          "alignment": alignment_text, "table3": table3_text,
+          "finetune": finetune_text}  # fmt: skip  # marker name -> what writes its block
+
+
 def readmes(records: list[dict], readme_paths: dict[str, Path] = READMES) -> dict[Path, str]:
-    """path -> the README's text with its generated parts rebuilt."""
-    makers = {"summary": summary_tables, "results": results_table,
-               "extrapolation": extrapolation_text, "alignment": alignment_text,
-               "table3": table3_text, "finetune": finetune_text}  # fmt: skip
+    """path -> the page's text with its generated parts rebuilt (their links relative to
+    the page)."""
     texts: dict[Path, str] = {}
     for name, path in readme_paths.items():
         text = texts.get(path) or path.read_text(encoding="utf-8")
-        texts[path] = replace_between(text, name, makers[name](records), str(path))
+        body = MAKERS[name](records, bench_prefix(path))
+        texts[path] = replace_between(text, name, body, str(path))
     return texts
 
 
@@ -909,7 +811,7 @@ def _save(fig, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 if a README differs from the results")
+                        help="write nothing; exit 1 if a README or page differs from the results")
     args = parser.parse_args(argv)
     try:
         records = load(RESULTS, ROOT)

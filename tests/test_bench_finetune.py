@@ -1,6 +1,6 @@
 """`benchmarks/finetune.py` at tiny sizes (seconds, not its 1.5 hours): a base checkpoint,
 the demo corpus prepared with its vocabulary, a fine-tuning run and a random-start run each
-saving in the middle, the scores of all five models; and `report.py`'s README paragraph,
+saving in the middle, the scores of all five models; and `report.py`'s paragraph on the export page,
 written from the result file alone."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_the_benchmark_measures_five_models_and_the_readme_paragraph_is_its_figu
     assert f"reaches {first['demo_test']['bleu']:.2f} after {first['minutes']:g} minutes" in text
     scratch = " and ".join(f"{m['demo_test']['bleu']:.2f}" for m in models[3:])
     assert f"same minutes reaches {scratch} (" in text
-    assert f"(benchmarks/results/{path.name})" in text
+    assert f"(../benchmarks/results/{path.name})" in text  # the page is docs/export.md
     assert text.count("| random weights |") == 2 and text.count("| Multi30k model |") == 3
     assert report.finetune_text([]).startswith("No `finetune.py` result of committed code yet")
     dirty = {**record["meta"]["provenance"]["start"], "dirty": True, "changed": ["src/aiayn/x.py"]}

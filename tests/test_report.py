@@ -1,7 +1,8 @@
-"""`benchmarks/report.py`: the committed READMEs are what it makes of the committed results;
-it is deterministic; its tables show the latest result of committed code of each command per
-machine, marked stale where the files its run exercised have changed since, and the README's
-BLEU rows only from result files. The plots' bytes are compared run against run on this
+"""`benchmarks/report.py`: the committed READMEs and documentation pages are what it makes of
+the committed results (their words from the templates beside the pages); it is deterministic;
+its tables show the latest result of committed code of each command per machine, marked
+stale where the files its run exercised have changed since, and the README's BLEU rows only
+from result files, in short cells, their details and files on the results page. The plots' bytes are compared run against run on this
 installation only (they depend on matplotlib's and FreeType's versions)."""
 
 import copy
@@ -53,6 +54,10 @@ def _bucket(low: int, high: int, sinusoidal: float, learned: float) -> dict:
     return {"tokens": [low, high], "sentences": 200, "longest": high,
             "sinusoidal": {"bleu": sinusoidal, "length_ratio": 1.0},
             "learned": {"bleu": learned, "length_ratio": 0.9}}  # fmt: skip
+
+
+DEMO = {"bleu": 97.28, "train_minutes": 4.3, "train_steps": 900, "test_set": "demo test",
+        "model": {"n_layers": 3, "d_model": 128}}
 
 
 EXTRAPOLATION = {"max_train_tokens": 8, "train_pairs": 35823, "steps": 900, "beam": 4,
@@ -132,15 +137,43 @@ def test_attention_window_rows_set_each_length_full_against_the_window(tmp_path)
 
 
 def test_bleu_rows_only_from_result_files():
-    assert "Multi30k" not in report.results_table([])
-    assert "offline demo" not in report.results_table([])
+    for table in (report.results_table, report.results_details):
+        assert "Multi30k" not in table([])
+        assert "offline demo" not in table([])
     record = {**_record("multi30k", "2026-01-01T00:00:00Z", MULTI30K), "file": "m.json"}
-    row = report.results_table([record])
+    row = report.results_details([record])
     assert "| Multi30k En→De |" in row and "**37.04**" in row and "2,299 updates" in row
     assert "last 3 averaged, alpha 1 (chosen on val)" in row
     rows = dict(report.figures(record))
     assert rows["dev sacreBLEU (BP), last 3 averaged, alpha 1"] == "38.50 (0.960)"
-    assert "(benchmarks/results/m.json)" in row
+    assert "(../benchmarks/results/m.json)" in row  # the results page is in docs/
+    assert "[reproduce.md](reproduce.md)" in row
+    short = report.results_table([record])  # the README's: short cells, no file, no notes
+    assert ("| Multi30k En→De | `configs/multi30k.yaml` | test_2016_flickr | **37.04** BLEU | "
+            "Test CPU, 2 CPUs, 55.8 min end to end | — |") in short  # fmt: skip
+    assert "m.json" not in short and "[docs/reproduce.md](docs/reproduce.md)" in short
+
+
+def test_the_short_table_says_stale_and_the_details_say_what_changed():
+    record = {**_record("demo", "2026-01-01T00:00:00Z", DEMO), "file": "d.json",
+              "stale": ["src/aiayn/x.py"]}  # fmt: skip
+    assert ("| offline demo (embedded En→De corpus) | 3+3 layers, d_model 128 | demo test | "
+            "**97.28** BLEU | Test CPU, 2 CPUs, 4.3 min of training (stale) | — |"
+            in report.results_table([record]))  # fmt: skip
+    assert ("(../benchmarks/results/d.json) (stale: changed since, src/aiayn/x.py)"
+            in report.results_details([record]))  # fmt: skip
+
+
+def test_each_block_links_the_result_files_from_the_page_that_holds_it(tmp_path):
+    assert report.bench_prefix(report.ROOT / "README.md") == "benchmarks/"
+    assert report.bench_prefix(report.ROOT / "docs" / "experiments.md") == "../benchmarks/"
+    assert report.bench_prefix(report.ROOT / "benchmarks" / "README.md") == ""
+    record = {**_record("length_extrapolation", "2026-01-01T00:00:00Z", EXTRAPOLATION),
+              "file": "e.json"}  # fmt: skip
+    page = report.ROOT / "docs" / "experiments.md"
+    text = report.readmes([record], {"extrapolation": page})[page]
+    assert "(../benchmarks/results/e.json)" in text
+    assert "[../benchmarks/plots/length_extrapolation.png](../benchmarks/plots/length_extrapolation.png)" in text
 
 
 def test_extrapolation_paragraph_is_the_latest_result_s_figures():
@@ -149,7 +182,7 @@ def test_extrapolation_paragraph_is_the_latest_result_s_figures():
                     {**EXTRAPOLATION, "buckets": [_bucket(1, 8, 11.0, 11.0)]})
     newer = _record("length_extrapolation", "2026-01-02T00:00:00Z", EXTRAPOLATION)
     text = report.extrapolation_text([{**older, "file": "o.json"}, {**newer, "file": "n.json"}])
-    assert "11.00" not in text and "(benchmarks/results/n.json)" in text
+    assert "11.00" not in text and "(../benchmarks/results/n.json)" in text
     assert "sinusoids scores 96.50 sacreBLEU on held-out sources of 1–8 tokens and 61.50" in text
     assert "on sources of 17–24 tokens, 64% of it; " in text  # 61.5 / 96.5
     assert "12.75, 13% of it. " in text  # 12.75 / 97.25
@@ -308,6 +341,7 @@ def test_results_of_uncommitted_code_are_not_published_and_committed_ones_stand_
     readme = report.results_table(loaded)
     assert "| offline demo" not in readme
     assert "\nOffline demo (embedded En→De corpus): not measured on committed code yet.\n" in readme
+    assert readme.split("\n\n")[1] in report.results_details(loaded)  # the same sentence there
     assert "Multi30k" not in readme  # never run: no row
     assert "of committed code yet" in report.extrapolation_text(
         [{**_record("length_extrapolation", "2026-01-01T00:00:00Z", EXTRAPOLATION, provenance=dirty),
@@ -400,10 +434,13 @@ PARSE_DEMO = {"benchmark": "parse_demo", "test_set": "demo treebank test split, 
 def test_parse_demo_row_gives_the_strict_f1_and_evalbs_beside_it():
     assert "parse demo" not in report.results_table([])
     record = {**_record("parse_demo", "2026-01-01T00:00:00Z", PARSE_DEMO), "file": "p.json"}
-    row = report.results_table([record])
+    row = report.results_details([record])
     assert "| offline parse demo (demo grammar treebank) | 2+2 layers, d_model 128, 3000 steps" in row
     assert ("F1 **95.05** strict; EVALB (COLLINS.prm) 99.87 over 269 of 300, 31 error, 0 skip"
-            in row and "(benchmarks/results/p.json)" in row)  # fmt: skip
+            in row and "(../benchmarks/results/p.json)" in row)  # fmt: skip
+    assert ("| offline parse demo (demo grammar treebank) | 2+2 layers, d_model 128 | demo "
+            "treebank test split, 300 trees | F1 **95.05** | Test CPU, 2 CPUs, 4.1 min of "
+            "training | — |") in report.results_table([record])  # fmt: skip
     rows = dict(report.figures(record))
     assert rows["sentences: valid / error / skip"] == "269 / 31 / 0 of 300"
     no_f1 = {**PARSE_DEMO, "evalb": {**PARSE_DEMO["evalb"], "f1": None}}

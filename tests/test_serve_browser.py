@@ -292,14 +292,16 @@ def test_the_png_and_bad_options(ckpt, tmp_path, capsys):
     assert not list(Path(tmp_path).glob(".*.tmp"))
 
 
-def test_the_readmes_serve_and_curl_commands_run(url):
-    """The README's `bash` block: `aiayn serve` (as the module's server runs it, on this
+def test_the_serve_pages_serve_and_curl_commands_run(url):
+    """docs/serve.md's `bash` block: `aiayn serve` (as the module's server runs it, on this
     test's checkpoint and a free port) and each curl command against it, verbatim but for
-    the address."""
+    the address; the README's `bash` block is the same serve command."""
     require("curl")
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    lines = [l for l in re.search(r"```bash\n(.*?)```", readme, re.S).group(1).splitlines() if l]
-    serve_line, *curls = lines
+    root = Path(__file__).resolve().parents[1]
+    blocks = [re.search(r"```bash\n(.*?)```", (root / name).read_text(encoding="utf-8"), re.S)
+              .group(1).splitlines() for name in ("docs/serve.md", "README.md")]  # fmt: skip
+    serve_line, *curls = [l for l in blocks[0] if l]
+    assert [l for l in blocks[1] if l] == [serve_line]
     args = shlex.split(serve_line)
     assert args[:4] == [".venv/bin/aiayn", "serve", "--checkpoint", "runs/mine/avg5"]
     assert args[4:] == ["--port", "8000"] and len(curls) == 2

@@ -119,13 +119,12 @@ def test_translate_text_of_a_page_places_tags_by_the_word_alignment(translator):
     assert translate_text(translator, page, html=True) == doc.join([t for t, _ in found], [a for _, a in found])
 
 
-def test_the_readmes_python_runs(tmp_path, capsys):
-    """README's "Translate documents" Python, with a tiny checkpoint for runs/mine/avg5."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Translate documents"):]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+def test_the_translate_pages_python_runs(tmp_path, capsys):
+    """docs/translate.md's Python, with a tiny checkpoint for runs/mine/avg5."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "translate.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(.*?)```", page, re.S).group(1)
     ckpt = save_tiny_checkpoint(tmp_path / "ckpt")
-    exec(compile(code.replace("runs/mine/avg5", str(ckpt)), "README.md", "exec"), {})
+    exec(compile(code.replace("runs/mine/avg5", str(ckpt)), "docs/translate.md", "exec"), {})
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 4 and out[1] == ""  # the paragraph break, then the page
     assert out[3].startswith("<p>") and out[3].endswith("</p>") and "<b>" in out[3]
