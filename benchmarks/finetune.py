@@ -17,7 +17,8 @@
 5. sacreBLEU (the base's beam and alpha) of the base and of each of the four models on the
    demo test split (adaptation) and on Multi30k's val (what was forgotten).
 
-Prints one JSON object; `report.py` writes the README's paragraph from its result file.
+Prints one JSON object; `report.py` writes the export page's paragraph (docs/export.md)
+from its result file.
 Not a test: with `--base` it takes about 1.5 hours on 2 CPU cores, without 2.5.
 """
 

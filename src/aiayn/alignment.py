@@ -22,7 +22,7 @@ head, both rows and both kinds of links, on the demo corpus, whose grammar knows
 links (`aiayn.data.demo_alignment`): the default below is the choice it made there, the
 last layer's heads averaged, the row that predicts the piece (while it predicts a word,
 the decoder looks at the source word it translates; once it has read it, it has moved
-on), and the union of both directions (its figures: the README's "Translate documents").
+on), and the union of both directions (its figures: docs/translate.md).
 The head average, not the best single head: head k of one model has nothing to do with
 head k of another, while which layer aligns best is a property of the architecture
 (Garg et al. 2019 also average one layer's heads).

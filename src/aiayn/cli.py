@@ -227,7 +227,7 @@ def _run_export(args: argparse.Namespace) -> int:
 
     out = export_checkpoint(args.checkpoint, args.to, args.out, args.quantization, args.force)
     print(f"exported {args.checkpoint} to {args.to}: {out} (see {out}/README.md or "
-          "the README's Deploy section)")  # fmt: skip
+          "docs/export.md, Deploy)")  # fmt: skip
     return 0
 
 

@@ -189,7 +189,7 @@ class DecodeConfig:
     beam: int = 4
     alpha: float = 0.6
     max_len_offset: int = 50
-    min_len: int = 1  # tokens before eos at least: no empty translation (see README)
+    min_len: int = 1  # tokens before eos at least: no empty translation (docs/code-map.md says why)
     nbest: int = 1
     # How a hypothesis's log-probability is divided by its length |Y| (eos included): gnmt,
     # ((5 + |Y|) / 6) ** alpha (GNMT's, which the paper's alpha refers to); power, |Y| ** alpha
