@@ -6,6 +6,7 @@
 For every layer, head and kind of attention (encoder self, decoder self, encoder-decoder),
 over the model's own translations of `sources` (its attention as `aiayn attention` shows
 it: one teacher-forced pass per batch, `attention_view.capture_weights`):
+
 - `distance`: the mean distance, in words, between a query and the keys it attends to;
 - `entropy`: the mean entropy of a query's weights, in nats (0: one key; log n: uniform);
 - `previous`, `same`, `next`: the share of attention on the word before the query's, its
@@ -13,6 +14,7 @@ it: one teacher-forced pass per batch, `attention_view.capture_weights`):
 - `eos`: the share on the sentence boundary: the source's `</s>`, and in decoder
   self-attention `<s>` (the decoder reads no `</s>`);
 - `punctuation`: the share on pieces that are punctuation only.
+
 Words are sentencepiece's: a piece starting with "▁" starts a word, a punctuation piece and
 a control token (`<s>`, `</s>`) are words of their own. Encoder-decoder attention joins a
 target and a source sentence, so its query's "own word" is the source word at the same
@@ -59,6 +61,7 @@ class Head:
     head: int
 
     def name(self) -> str:
+        """As people read it, counting from 1: "cross layer 3 head 2"."""
         return f"{self.kind} layer {self.layer + 1} head {self.head + 1}"
 
 
@@ -86,6 +89,7 @@ class HeadReport:
         return out
 
     def to_json(self) -> dict:
+        """The report as `aiayn heads --json` writes it (`heads_output.HEADS` is its schema)."""
         return {"sentences": self.sentences, "layers": self.layers, "heads": self.heads,
                 "bleu": self.bleu, "importance": "dev BLEU lost when the head alone is masked",
                 "entropy_unit": "nats", "rows": self.rows()}  # fmt: skip
@@ -123,6 +127,7 @@ def piece_text(piece: str) -> str:
 
 
 def is_punctuation(piece: str) -> bool:
+    """Whether a subword piece is punctuation alone (the "punct" statistic's target)."""
     text = piece_text(piece)
     return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
 
@@ -249,6 +254,7 @@ class HeadMasks:
 
     @contextmanager
     def applied(self) -> Iterator[None]:
+        """While inside, every attention module's W^O sees its masked heads zeroed."""
         handles = [module.w_o.register_forward_pre_hook(self._hook(mask, kind == "encoder"))
                    for (kind, _), (module, mask) in self.masks.items()]  # fmt: skip
         try:
@@ -275,10 +281,12 @@ class TrackedCache(KVCache):
 
     @classmethod
     def of(cls, cache: KVCache, masks: HeadMasks) -> TrackedCache:
+        """`cache`'s contents, tracked for `masks`."""
         return cls(**{f.name: getattr(cache, f.name) for f in dataclasses.fields(KVCache)},
                    masks=masks)  # fmt: skip
 
     def reorder(self, rows: Tensor) -> None:
+        """The cache's reorder (`KVCache.reorder`), and the masks' row copies with it."""
         super().reorder(rows)
         self.masks.row_variant = self.masks.row_variant.index_select(0, rows.to(
             self.masks.row_variant.device))  # fmt: skip
@@ -317,6 +325,7 @@ def _search(translator: Translator, src: Tensor, masks: HeadMasks) -> list[list[
 
 
 def all_heads(model: Transformer) -> list[Head]:
+    """Every head of `model`: encoder, decoder and cross attention, layer by layer."""
     c = model.config
     return [Head(k, l, h) for k in KINDS for l in range(c.n_layers) for h in range(c.n_heads)]
 

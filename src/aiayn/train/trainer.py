@@ -116,6 +116,8 @@ class Trainer:
 
     # --- the loop ------------------------------------------------------------------------
     def run(self) -> TrainResult:
+        """Train until `train.max_steps`, the time limit or a stop signal, saving on the
+        way; -> why it stopped and what it left (`TrainResult`)."""
         t, env = self.config.train, self.env
         self.monitor = Monitor(Path(t.out_dir), self.state.step, t.max_steps, env.is_main,
                                t.log_every_steps)  # fmt: skip
