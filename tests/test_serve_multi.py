@@ -288,3 +288,20 @@ def wait_until(condition, seconds: float) -> None:
     while not condition():
         assert time.monotonic() < end, "timed out"
         time.sleep(0.01)
+
+
+def test_an_imported_opus_mt_model_serves_its_pair_beside_the_others(ckpts, tmp_path):
+    """`aiayn import` records the pair OPUS-MT's tokenizer_config.json names (en -> de
+    here), and the imported model takes that pair in a server of several."""
+    mm = pytest.importorskip("marian_models")  # needs transformers (the export extra)
+    from aiayn.checkpoint import Checkpoint
+    from aiayn.convert import import_model
+
+    imported = import_model(mm.build_marian(tmp_path / "hf"), "huggingface", tmp_path / "ende")
+    assert Checkpoint(imported).languages == ("en", "de")
+    own = Translator.from_checkpoint(imported).translate([ENGLISH[1]])[0]
+    config = ServeConfig([str(imported), str(ckpts["de-en"]), str(ckpts["en-fr"])], threads=1)
+    with running(config) as (url, _):
+        assert request(f"{url}/languages").body == LANGUAGES
+        got = request(f"{url}/translate", {"q": ENGLISH[1], "source": "en", "target": "de"})
+        assert got.body == {"translatedText": own, "models": ["en-de"]}
