@@ -28,6 +28,7 @@ from aiayn.serve.batcher import Batcher, Job, Turns
 from aiayn.serve.models import checkpoint_paths
 from aiayn.serve.pivot import compose
 from aiayn.serve.service import ServeConfig, Service
+from aiayn.text.language import LanguageIdentifier
 from aiayn.translate import Translator
 from serve_helpers import PAGE, alone, request, running, tag_tree
 from tiny_checkpoint import save_tiny_checkpoint
@@ -305,3 +306,12 @@ def test_an_imported_opus_mt_model_serves_its_pair_beside_the_others(ckpts, tmp_
         assert request(f"{url}/languages").body == LANGUAGES
         got = request(f"{url}/translate", {"q": ENGLISH[1], "source": "en", "target": "de"})
         assert got.body == {"translatedText": own, "models": ["en-de"]}
+
+
+def test_the_identifier_tells_apart_only_the_languages_it_knows():
+    identifier = LanguageIdentifier(["en", "xx", "de"])  # "xx": made up, not detectable
+    assert identifier.known == ["en", "de"]
+    ranked = identifier.rank(GERMAN[1])
+    assert [code for code, _ in ranked] == ["de", "en"]
+    assert sum(p for _, p in ranked) == pytest.approx(1.0)
+    assert LanguageIdentifier(["en", "xx"]).rank("whatever") == [("en", 1.0)]

@@ -201,13 +201,14 @@ class Service:
         return self.route(source, target), detected
 
     def detect(self, text: str) -> list[tuple[str, float]]:
-        """The languages the server translates from, most likely first, with their
-        probability; a server of one source language names it with probability 0: there is
-        nothing to tell apart, so it is assumed, not detected."""
+        """The languages the server translates from that the identifier knows, most likely
+        first, with their probability. Where it cannot tell two apart (one source language,
+        or one it knows), that one is named with probability 0: assumed, not detected."""
         sources = self.models.sources
-        if len(sources) < 2:
-            return [(sources[0] if sources else "auto", 0.0)]
-        return self.identifier.rank(text) or [(sources[0], 0.0)]
+        known = self.identifier.known if len(sources) > 1 else []
+        if len(known) < 2:
+            return [((known or sources or ["auto"])[0], 0.0)]
+        return self.identifier.rank(text)
 
     async def _sources(self, sentences: list[str], model: Model) -> list[list[int]]:
         """Each sentence's source ids, eos included, encoded here once (in a thread, not in
