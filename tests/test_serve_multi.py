@@ -4,35 +4,42 @@ the real LibreTranslate clients against it.
 
 The three models are en -> de, de -> en and en -> fr: an English-centred set, as
 LibreTranslate's pivoting needs (source -> en, en -> target), so that de -> fr has no model
-of its own and goes through English. They are tiny checkpoints with different random
+of its own and goes through English. Most tests use tiny checkpoints with different random
 weights (another seed each): what is tested is which model translated, and each model's
 output is told apart by being compared with that model's own translation, sentence by
-sentence. The demo corpus gives the English and German sentences `/detect` is scored on.
+sentence. The real clients' test trains en -> de on the demo corpus and de -> en on it
+reversed, in seconds; the demo corpus has no French, so en -> fr stays a random stand-in.
+The demo corpus gives the English and German sentences `/detect` is scored on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import threading
 import time
+from pathlib import Path
 
 import libretranslate_aio as lta
 import pytest
 from libretranslatepy import LibreTranslateAPI
 
 from aiayn.cli import main
-from aiayn.data.demo_corpus import demo_splits
+from aiayn.data.demo_corpus import DemoSplits, demo_splits, write_splits
+from aiayn.data.prepare import prepare
+from aiayn.data.prepare_options import PrepareOptions
 from aiayn.errors import ConfigError
 from aiayn.serve.batcher import Batcher, Job, Turns
 from aiayn.serve.models import checkpoint_paths
 from aiayn.serve.pivot import compose
 from aiayn.serve.service import ServeConfig, Service
 from aiayn.text.language import LanguageIdentifier
+from aiayn.train.trainer import train
 from aiayn.translate import Translator
 from serve_helpers import PAGE, alone, request, running, tag_tree
 from tiny_checkpoint import save_tiny_checkpoint
-from tiny_run import one_thread  # noqa: F401 (autouse fixture)
+from tiny_run import one_thread, tiny_config  # noqa: F401 (autouse fixture)
 
 PAIRS = {"en-de": 1, "de-en": 2, "en-fr": 3}  # each model's seed
 ENGLISH = ["The cat sat on a mat.", "A man reads the book.", "the cat"]
@@ -169,7 +176,43 @@ def test_a_pair_the_models_do_not_reach_is_refused_naming_what_they_do(url):
     assert no_target.status == 422 and '"target" is required' in no_target.body["error"]
 
 
-def test_the_real_clients_see_every_pair_detect_and_pivot(url, lone):
+def trained(root: Path, source: str, target: str) -> Path:
+    """A d_model-16 model trained 20 updates (a second or two) on 300 demo-corpus pairs,
+    English -> German, or the same pairs reversed; it records the prepared data's pair."""
+    splits = demo_splits(n_train=300, n_valid=40, n_test=1, seed=7)
+    if source != "en":
+        splits = DemoSplits(*([(b, a) for a, b in part] for part in dataclasses.astuple(splits)))
+    raw = write_splits(splits, root / "raw", src=source, tgt=target)
+    options = PrepareOptions(vocab_size=400, workers=1, quiet=True, src=source, tgt=target)
+    prepare(train=raw["train"], valid=raw["valid"], out=root / "prepared", options=options)
+    config = tiny_config(root / "prepared", root / "run", "decode.max_len_offset=4")
+    return train(config).final_checkpoint
+
+
+@pytest.fixture(scope="module")
+def clients_url(ckpts, tmp_path_factory):
+    """en -> de and de -> en trained (the demo corpus and its reverse), and the random
+    en -> fr: the demo corpus has no French, so the third pair is a stand-in model."""
+    root = tmp_path_factory.mktemp("trained")
+    paths = [trained(root / "ende", "en", "de"), trained(root / "deen", "de", "en"),
+             ckpts["en-fr"]]  # fmt: skip
+    with running(ServeConfig([str(p) for p in paths], threads=1)) as (url, _):
+        own = {name: Translator.from_checkpoint(path) for name, path in zip(PAIRS, paths)}
+        yield url, own
+
+
+@pytest.mark.slow  # two models trained: seconds each
+def test_the_real_clients_see_every_pair_detect_and_pivot(clients_url):
+    """libretranslatepy and libretranslate-aio (sync and async) against trained models:
+    the pairs listed with those through English, "auto" detected and routed, de -> fr
+    through English, and the answer saying which models translated."""
+    url, own = clients_url
+
+    def lone(name: str, sentences: list[str]) -> dict[str, str]:
+        return {s: own[name].translate([s])[0] for s in sentences}
+
+    lone = {"en-de": lone("en-de", ENGLISH), "de-en": lone("de-en", GERMAN)}
+    lone["de-en-fr"] = {s: own["en-fr"].translate([e])[0] for s, e in lone["de-en"].items()}
     client = LibreTranslateAPI(url)
     assert client.languages() == LANGUAGES
     assert client.translate(GERMAN[0], "auto", "en") == lone["de-en"][GERMAN[0]]
@@ -187,6 +230,8 @@ def test_the_real_clients_see_every_pair_detect_and_pivot(url, lone):
             return (await client.translate(GERMAN[2], "de", "fr")).translated_text
 
     assert asyncio.run(pivot()) == lone["de-en-fr"][GERMAN[2]]
+    said = request(f"{url}/translate", {"q": GERMAN[2], "source": "auto", "target": "fr"}).body
+    assert said["models"] == ["de-en", "en-fr"] and said["detectedLanguage"]["language"] == "de"
 
 
 def test_two_models_of_one_pair_fail_at_start_naming_both(ckpts, tmp_path, capsys):
