@@ -208,10 +208,10 @@ def test_the_real_clients_see_every_pair_detect_and_pivot(clients_url):
     through English, and the answer saying which models translated."""
     url, own = clients_url
 
-    def lone(name: str, sentences: list[str]) -> dict[str, str]:
+    def by(name: str, sentences: list[str]) -> dict[str, str]:
         return {s: own[name].translate([s])[0] for s in sentences}
 
-    lone = {"en-de": lone("en-de", ENGLISH), "de-en": lone("de-en", GERMAN)}
+    lone = {"en-de": by("en-de", ENGLISH), "de-en": by("de-en", GERMAN)}
     lone["de-en-fr"] = {s: own["en-fr"].translate([e])[0] for s, e in lone["de-en"].items()}
     client = LibreTranslateAPI(url)
     assert client.languages() == LANGUAGES

@@ -1,8 +1,11 @@
-"""The translation service without its HTTP layer: limits, the model's loading, requests.
+"""The translation service without its HTTP layer: limits, the models' loading, requests.
 
 `Service.translate` checks a request against the limits (`ServeConfig`), queues it for the
-worker thread (`batcher.Batcher`) and waits for it, at most `timeout_s`. Each refusal is an
-`ApiError` with the HTTP status it maps to and a message naming the limit.
+worker thread of its model's batcher (`batcher.Batcher`) and waits for it, at most
+`timeout_s`. Each refusal is an `ApiError` with the HTTP status it maps to and a message
+naming the limit. With several checkpoints (`models.py`), `route` / `pick` choose the
+models of a request's pair (detecting its source for "auto": `text.language`), and
+`translate_texts` sends its sentences through each in turn (`pivot.py`).
 """
 
 from __future__ import annotations

@@ -103,7 +103,8 @@ def _route(data: dict, service: Service) -> list[Model]:
     if not isinstance(source, str) or not isinstance(target, str):
         raise ApiError(422, '"source" and "target" must be language codes')
     try:
-        return service.pick(source, target, _texts(data, "text"))[0]
+        texts = _texts(data, "text") if source == "auto" else []  # detected over
+        return service.pick(source, target, texts)[0]
     except ApiError as err:  # no model for the pair: a value out of range here
         raise ApiError(422, err.message) from None
 
