@@ -360,3 +360,17 @@ def test_the_identifier_tells_apart_only_the_languages_it_knows():
     assert [code for code, _ in ranked] == ["de", "en"]
     assert sum(p for _, p in ranked) == pytest.approx(1.0)
     assert LanguageIdentifier(["en", "xx"]).rank("whatever") == [("en", 1.0)]
+
+
+def test_a_list_is_detected_text_by_text_as_libretranslate_does(url, ckpts):
+    """Each text of more than 40 characters by itself (a shorter one by the whole list),
+    each translated from its own language: English directly, German through English."""
+    english = "The man wants to read the book in the garden."
+    german = "Der Mann will das Buch im Garten lesen, weil es regnet."
+    got = request(f"{url}/translate", {"q": [english, german], "source": "auto",
+                                       "target": "fr"}).body  # fmt: skip
+    assert [d["language"] for d in got["detectedLanguage"]] == ["en", "de"]
+    assert got["models"] == [["en-fr"], ["de-en", "en-fr"]]
+    via = alone(ckpts["de-en"], [german])[german]
+    assert got["translatedText"] == [alone(ckpts["en-fr"], [english])[english],
+                                     alone(ckpts["en-fr"], [via])[via]]  # fmt: skip

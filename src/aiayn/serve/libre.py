@@ -6,8 +6,9 @@ errors (`{"error": ...}`, 400 for a bad request, 403 for a bad key, 429 past the
                               or write, with the targets each reaches (through English too)
     POST /translate           q (string or list), source ("auto" too), target, format
                               ("text" | "html"), alternatives, api_key -> {"translatedText",
-                              "detectedLanguage" (source "auto"), "alternatives", "models"
-                              (a server of several: those that translated, in order)}
+                              "detectedLanguage" (source "auto": each text's, as
+                              LibreTranslate detects them), "alternatives", "models" (a
+                              server of several: those that translated, in order)}
     POST /detect              [{"confidence", "language"}], most likely first
     POST /translate_file      multipart: file (.txt, .html), source, target, api_key ->
                               {"translatedFileUrl"}, served by GET /download_file/NAME
@@ -164,18 +165,19 @@ def libre_router(service: Service, access: Access) -> APIRouter:
         if text_format not in ("text", "html"):
             raise ApiError(400, f"{text_format!r} format is not supported (text, html)")
         alternatives = _alternatives(fields, config.max_beam - 1)
-        route, found = service.pick(source, target, texts)
-        html = text_format == "html"
-        work = service.translate_texts(texts, _options(service, alternatives, route), html=html,
-                                       route=route)  # fmt: skip
+        found = service.detect_each(texts) if source == "auto" else None
+        sources = [code for code, _ in found] if found else [source] * len(texts)
+        html, one = text_format == "html", isinstance(q, str)
+        work = service.translate_each(texts, sources, target, html=html,
+                                      options_for=lambda r: _options(service, alternatives, r))
         results = await unless_gone(request, work)
         best = [r.text for r in results]
-        out: dict[str, Any] = {"translatedText": best[0] if isinstance(q, str) else best}
+        out: dict[str, Any] = {"translatedText": best[0] if one else best}
         if found is not None:
-            detected = _detection(*found)
-            out["detectedLanguage"] = detected if isinstance(q, str) else [detected] * len(q)
-        if several:  # which models translated, e.g. two through English
-            out["models"] = results[0].models if results else [m.name for m in route]
+            detected = [_detection(*each) for each in found]
+            out["detectedLanguage"] = detected[0] if one else detected
+        if several:  # which models translated each text, e.g. two through English
+            out["models"] = results[0].models if one else [r.models for r in results]
         if alternatives:  # none for HTML, as LibreTranslate
             others = [[] if html else _unique([t for t, _ in r.nbest[1:]], r.text) for r in results]
             out["alternatives"] = others[0] if isinstance(q, str) else others

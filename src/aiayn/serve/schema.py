@@ -89,10 +89,13 @@ ATTENTION = obj(
         for kind in ("encoder", "decoder", "cross")}},
     ("source", "target", "encoder", "decoder", "cross"),
 )  # fmt: skip
+PIVOT = obj({"model": STRING, "text": STRING, "score": NUMBER, "attention": ATTENTION},
+            ("model", "text", "score"),
+            description="through English: the first model's translation")  # fmt: skip
 SENTENCE = obj(
     {"source": STRING, "text": STRING, "score": NUMBER,
      "nbest": array(SCORED, description="the n best, best first"),
-     "alignment": LINKS, "attention": ATTENTION},
+     "alignment": LINKS, "attention": ATTENTION, "pivot": PIVOT},
     ("source", "text", "score", "nbest"),
 )  # fmt: skip
 V1_RESPONSE = obj(
@@ -104,7 +107,9 @@ V1_RESPONSE = obj(
                                             "sentences: each sentence's k-th)"),
          "alignment": LINKS,
          "attention": ATTENTION,
-         "sentences": array(SENTENCE, description="each sentence's own translations")},
+         "sentences": array(SENTENCE, description="each sentence's own translations"),
+         "models": array(STRING, description="a server of several models: those that "
+                                             "translated, in order")},
         ("text", "score", "nbest", "sentences"),
     ), description="one per text, in order")},
     ("translations",),
@@ -174,7 +179,10 @@ LIBRE_TRANSLATION = obj(
      "detectedLanguage": {"anyOf": [DETECTED, array(DETECTED)],
                           "description": 'with source "auto"'},
      "alternatives": {"anyOf": [array(STRING), array(array(STRING))],
-                      "description": "with alternatives > 0"}},
+                      "description": "with alternatives > 0"},
+     "models": {"anyOf": [array(STRING), array(array(STRING))],
+                "description": "a server of several models: those that translated, in order "
+                               "(each text's, for a list)"}},
     ("translatedText",),
 )  # fmt: skip
 DETECT_REQUEST = obj({"q": {**STRING, "minLength": 1}, "api_key": API_KEY}, ("q",))

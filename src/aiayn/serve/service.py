@@ -203,6 +203,34 @@ class Service:
             source = detected[0]
         return self.route(source, target), detected
 
+    def detect_each(self, texts: list[str]) -> list[tuple[str, float]]:
+        """Each text's language, as LibreTranslate detects a list's: a text of more than 40
+        characters by itself, a shorter one by all the texts together."""
+        together = self.detect("\n".join(texts))[0]
+        return [self.detect(text)[0] if len(text) > 40 else together for text in texts]
+
+    async def translate_each(
+        self, texts: list[str], sources: list[str], target: str, options_for, *,
+        html: bool = False,
+    ) -> list[TextResult]:  # fmt: skip
+        """Each text translated from its own source language into `target`: the texts of one
+        language together (`translate_texts`), the languages at once; `options_for(route)`:
+        the decoding of a route. 400 naming a pair no models translate, before any work."""
+        groups: dict[str, list[int]] = {}
+        for i, source in enumerate(sources):
+            groups.setdefault(source, []).append(i)
+        routes = {source: self.route(source, target) for source in groups}
+        done = await asyncio.gather(*(
+            self.translate_texts([texts[i] for i in group], options_for(routes[source]),
+                                 html=html, route=routes[source])
+            for source, group in groups.items()
+        ))  # fmt: skip
+        out: list[TextResult] = [None] * len(texts)  # type: ignore[list-item]
+        for group, results in zip(groups.values(), done):
+            for i, result in zip(group, results):
+                out[i] = result
+        return out
+
     def detect(self, text: str) -> list[tuple[str, float]]:
         """The languages the server translates from that the identifier knows, most likely
         first, with their probability. Where it cannot tell two apart (one source language,
