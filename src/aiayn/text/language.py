@@ -4,12 +4,12 @@
 
 The identifier is py3langid (a maintained fork of langid.py, Lui & Baldwin 2012: a naive
 Bayes classifier over byte n-grams, 97 languages). It ships its model inside the package
-(an LZMA-compressed NumPy archive, no pickle), runs offline, takes about a millisecond a
-sentence, and can be restricted to a set of languages (`set_languages`), which is what a
-server wants: it only has to tell apart the languages it can translate from. Its
-probabilities are normalised over that set. lingua-language-detector, the other
-candidate, is more accurate on very short texts but far larger in memory (all its models
-loaded: about a gigabyte); a sentence of five words or more is an easy case for either.
+(an LZMA-compressed NumPy archive, no pickle), runs offline, is fast, and can be restricted
+to a set of languages (`set_languages`), which is what a server wants: it only has to tell
+apart the languages it can translate from. Its probabilities are normalised over that set.
+lingua-language-detector, the other candidate, is more accurate on very short texts but a
+far larger package and slower in its accurate mode; a sentence of five words or more is an
+easy case for either. The corpus cleaning of `prepare` uses the same identifier.
 
 Codes the identifier does not know (e.g. a made-up "xx") cannot be detected: they are
 left out of the set, and `known` lists those that are in it.
