@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/serve_load.py --checkpoint runs/demo/checkpoint
         [--clients 1 8 32] [--seconds 20] [--max-requests 3000] [--threads 2]
-        [--sentences runs/demo/corpus/test.en]
+        [--sentences runs/demo/corpus/test.en] [--mixed runs/demo-de-en/checkpoint]
 
 Two real `aiayn serve` processes on loopback, one after the other: "dynamic" with the
 service's default batching (--max-wait-ms 10, --max-batch-tokens 4096) and
@@ -25,6 +25,10 @@ POST /translate, the same beam (ARGOS_BEAM_SIZE; Argos's own length penalty), fl
 `--threads` CPU threads. Offline it needs the package's spaCy pipeline to split sentences
 (ARGOS_CHUNK_TYPE=SPACY) and an empty local package index with --load-only, else it tries to
 download models as it starts.
+
+With `--mixed B`, a second model (another pair) joins --checkpoint's in one server, each
+model loaded alone at half the largest --clients, then both at once (`serve_mixed.py`:
+throughput ratios, the lighter model's p99, resident memory of one model and of two).
 
 Prints one JSON object and writes it under benchmarks/results/ (`results.emit`). Loopback
 only; every loop is bounded in requests and time.
@@ -57,12 +61,12 @@ MODES = {
 }
 
 
-def demo_test_sentences() -> list[str]:
-    """The source side of `aiayn demo`'s test split (the same generator and sizes)."""
+def demo_test_pairs() -> list[tuple[str, str]]:
+    """`aiayn demo`'s test split (the same generator and sizes): (English, German) pairs."""
     from aiayn.data.demo_corpus import demo_splits
     from aiayn.demo import DEMO_SIZES
 
-    return [src for src, _ in demo_splits(**DEMO_SIZES).test]
+    return demo_splits(**DEMO_SIZES).test
 
 
 def start_server(checkpoint: str, threads: int, options: list[str]) -> tuple[subprocess.Popen, int]:
@@ -245,12 +249,16 @@ def main() -> None:
     parser.add_argument("--libretranslate", metavar="EXE",
                         help="also LibreTranslate, this command (e.g. .venv-lt/bin/libretranslate), "
                         "serving the same model as a peer")  # fmt: skip
+    parser.add_argument("--mixed", metavar="CHECKPOINT",
+                        help="also a second model in the same server (another pair), under "
+                        "mixed load with --checkpoint's (serve_mixed.py)")  # fmt: skip
     add_arguments(parser)
     args = parser.parse_args()
+    given = None
     if args.sentences:
-        sentences = [l for l in Path(args.sentences).read_text().splitlines() if l.strip()]
-    else:
-        sentences = demo_test_sentences()
+        given = [l for l in Path(args.sentences).read_text().splitlines() if l.strip()]
+    pairs = demo_test_pairs()
+    sentences = given or [src for src, _ in pairs]
     report = {"checkpoint": args.checkpoint, "seconds_per_cell": args.seconds,
               "load_average_at_start": list(os.getloadavg()),
               "max_requests_per_cell": args.max_requests, "server_threads": args.threads,
@@ -258,6 +266,10 @@ def main() -> None:
     if args.libretranslate:
         report["peers"] = {"libretranslate": run_libretranslate(args, sentences)}
     report["summary"] = summary(report["modes"], max(args.clients), report.get("peers", {}))
+    if args.mixed:
+        from serve_mixed import run_mixed
+
+        report["mixed"] = run_mixed(args, pairs, given)
     emit(__file__, report, args, also_loads=("aiayn.cli", "aiayn.serve.app"))  # the server's
 
 

@@ -74,13 +74,13 @@ def stand_in(tmp_path: Path) -> Path:
     return exe
 
 
-def checkpoint(path: Path) -> Path:
+def checkpoint(path: Path, source: str = "en", target: str = "de") -> Path:
     """A random tiny model that records its languages (LibreTranslate finds it by them)."""
     vocab = tiny_vocab()
     config = Config(model=tiny_model_config(vocab_size=vocab.size),
                     decode=DecodeConfig(max_len_offset=4))  # fmt: skip
     torch.manual_seed(0)
-    meta = {"languages": {"source": "en", "target": "de"}}
+    meta = {"languages": {"source": source, "target": target}}
     return save_checkpoint(path, Transformer(config.model), config, vocab, vocab, meta=meta)
 
 
@@ -109,3 +109,24 @@ def test_serve_load_measures_both_modes_and_a_libretranslate_peer(tmp_path):
     assert summary["errors"] == 0 and summary["clients"] == 2
     assert summary["libretranslate_sentences_per_s"] > 0
     assert summary["dynamic_vs_libretranslate_throughput"] > 0
+
+
+def test_serve_load_mixed_runs_two_models_alone_and_together(tmp_path):
+    """--mixed: en -> de and de -> en in one server, each alone at half the clients, then
+    both at once; every figure the issue's targets need, and the memory of one and two."""
+    report = run(checkpoint(tmp_path / "ende"), "--mixed",
+                 str(checkpoint(tmp_path / "deen", "de", "en")))  # fmt: skip
+    mixed = report["mixed"]
+    assert mixed["models"] == ["en-de", "de-en"] and mixed["clients_per_model"] == 1
+    assert set(mixed["cells"]) == {"alone_a", "alone_b", "mixed_a", "mixed_b"}
+    for cell in mixed["cells"].values():
+        assert cell["errors"] == 0 and 0 < cell["requests"] <= 3 and cell["sentences_per_s"] > 0
+    memory = mixed["rss_mb"]
+    assert 0 < memory["one_model_ready"] < memory["two_models_ready"]
+    s = mixed["summary"]
+    assert s["errors"] == 0 and s["lighter"] in ("a", "b")
+    assert s["throughput_mixed_over_alone_a"] > 0 and s["throughput_mixed_over_alone_b"] > 0
+    cells = mixed["cells"]
+    heavy = "b" if s["lighter"] == "a" else "a"
+    assert s["lighter_p99_bound_ms"] == round(
+        cells[f"alone_{s['lighter']}"]["p99_ms"] + 10 + cells[f"alone_{heavy}"]["p50_ms"], 1)

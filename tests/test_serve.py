@@ -113,7 +113,7 @@ def test_a_request_past_the_timeout_is_504_and_the_server_goes_on(ckpt):
 def test_not_ready_until_loaded_and_warmed_up(ckpt, monkeypatch):
     gate = threading.Event()
     load = Service._load
-    monkeypatch.setattr(Service, "_load", lambda self: gate.wait(30) and load(self))
+    monkeypatch.setattr(Service, "_load", lambda self, model: gate.wait(30) and load(self, model))
     with running(ServeConfig(str(ckpt)), ready=False) as (url, service):
         wait_for_listening = request(f"{url}/health")
         assert wait_for_listening.body == {"status": "ok"}

@@ -311,3 +311,35 @@ def test_the_serve_pages_serve_and_curl_commands_run(url):
         assert done.returncode == 0, done.stderr
         reply = json.loads(done.stdout)
         assert "translations" in reply or "translatedText" in reply, reply
+
+
+def test_the_page_picks_a_pair_and_shows_each_leg_of_a_pivot(browser, tmp_path):
+    """A server of en -> de, de -> en and en -> fr: the page's selectors offer the languages
+    read (and "detect") and those the chosen one reaches; de -> fr goes through English, and
+    the page names both models and draws the attention of each leg."""
+    names = {"en-de": 1, "de-en": 2, "en-fr": 3}
+    paths = [save_tiny_checkpoint(tmp_path / name, seed=seed, meta={"languages": dict(
+        zip(("source", "target"), name.split("-")))}) for name, seed in names.items()]
+    more = [arg for path in paths[1:] for arg in ("--checkpoint", str(path))]
+    with served(paths[0], *more) as url:
+        page = new_page(browser)
+        page.goto(url + "/")
+        page.wait_for_selector("#pair:not([hidden])")
+        values = "(s) => [...s.options].map((o) => o.value)"
+        assert page.eval_on_selector("#from", values) == ["auto", "en", "de"]
+        page.select_option("#from", "de")
+        assert page.eval_on_selector("#to", values) == ["en", "fr"]
+        page.select_option("#to", "fr")
+        page.fill("#source", SENTENCE)
+        page.click("#translate")
+        page.wait_for_selector("body[data-state=done], body[data-state=error]")
+        body = {"text": [SENTENCE], "source": "de", "target": "fr", "attention": True,
+                "alignment": True}  # fmt: skip
+        (reply,) = request(f"{url}/v1/translate", body).body["translations"]
+        assert page.text_content("#status") == "Translated by de-en, then en-fr."
+        assert page.locator("#results .translation").all_text_contents() == [reply["text"]]
+        pivot = reply["sentences"][0]["pivot"]
+        assert f'de-en, "{SENTENCE}" → "{pivot["text"]}"' in page.text_content("#first-leg")
+        assert page.text_content("#second-leg").startswith(f'then en-fr, "{pivot["text"]}"')
+        for view in ("#attention-pivot", "#attention"):  # each leg's attention drawn
+            page.wait_for_selector(f"{view} svg.lines line.attn-line", state="attached")

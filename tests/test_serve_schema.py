@@ -31,14 +31,25 @@ expected-statuses = ["2xx", "3xx", "4xx", 503, 504]
 """
 
 
-@pytest.fixture(scope="module")
-def url(tmp_path_factory):
-    meta = {"languages": {"source": "en", "target": "de"}}
-    ckpt = save_tiny_checkpoint(tmp_path_factory.mktemp("schema") / "ckpt", meta=meta)
-    heads = write_head_report(ckpt, tmp_path_factory.mktemp("report") / "heads.json")
-    config = ServeConfig(str(ckpt), max_sentences=4, max_beam=3, max_sentence_tokens=64,
-                         max_body_bytes=20_000, max_wait_ms=0, threads=1,
-                         heads=str(heads))  # fmt: skip
+def pair(source: str, target: str) -> dict:
+    return {"languages": {"source": source, "target": target}}
+
+
+@pytest.fixture(scope="module", params=["one model", "three models"])
+def url(request, tmp_path_factory):
+    """A server of one model (with its head report), and one of three (en -> de, de -> en,
+    en -> fr: de -> fr through English, /detect over two languages, /heads a 404)."""
+    root = tmp_path_factory.mktemp("schema")
+    ckpt = save_tiny_checkpoint(root / "ckpt", meta=pair("en", "de"))
+    limits = dict(max_sentences=4, max_beam=3, max_sentence_tokens=64, max_body_bytes=20_000,
+                  max_wait_ms=0, threads=1)  # fmt: skip
+    if request.param == "one model":
+        heads = write_head_report(ckpt, tmp_path_factory.mktemp("report") / "heads.json")
+        config = ServeConfig(str(ckpt), heads=str(heads), **limits)
+    else:
+        others = [save_tiny_checkpoint(root / f"{s}-{t}", meta=pair(s, t), seed=seed)
+                  for s, t, seed in (("de", "en", 1), ("en", "fr", 2))]  # fmt: skip
+        config = ServeConfig([str(ckpt), *map(str, others)], **limits)
     with running(config) as (url, _):
         yield url
 

@@ -25,14 +25,16 @@ def tiny_vocab() -> Vocab:
 
 
 def save_tiny_checkpoint(
-    path: Path, max_len_offset: int = 4, meta: dict | None = None, **model: object
+    path: Path, max_len_offset: int = 4, meta: dict | None = None, seed: int = 0,
+    **model: object,
 ) -> Path:
     """A checkpoint without trainer state (like an averaged one); short outputs by default.
-    `meta` goes into its `checkpoint.json` (e.g. {"languages": {"source": "en", ...}})."""
+    `meta` goes into its `checkpoint.json` (e.g. {"languages": {"source": "en", ...}});
+    `seed` draws its weights (another seed: another model, translating differently)."""
     vocab = tiny_vocab()
     config = Config(
         model=tiny_model_config(vocab_size=vocab.size, **model),
         decode=DecodeConfig(max_len_offset=max_len_offset),
     )
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     return save_checkpoint(path, Transformer(config.model), config, vocab, vocab, meta=meta)

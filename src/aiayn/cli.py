@@ -451,13 +451,17 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "serve",
         help="serve a checkpoint over HTTP: JSON API, LibreTranslate's API, a web page",
-        description="Serve --checkpoint on http://HOST:PORT/ (needs the serve extra: pip "
-        "install 'aiayn[serve]'). Concurrent requests are batched up to --max-batch-tokens "
-        "source tokens or --max-wait-ms; --max-batch-tokens 1 --max-wait-ms 0 serves one "
+        description="Serve --checkpoint (one or several) on http://HOST:PORT/ (needs the serve "
+        "extra: pip install 'aiayn[serve]'). Concurrent requests are batched up to "
+        "--max-batch-tokens source tokens or --max-wait-ms; --max-batch-tokens 1 "
+        "--max-wait-ms 0 serves one "
         "request at a time. GET / is a web page; POST /v1/translate and /translate (in "
         "LibreTranslate's shape) translate; GET /health, /ready and /info report.",
     )
-    p.add_argument("--checkpoint", required=True, metavar="DIR", help="a checkpoint directory")
+    p.add_argument("--checkpoint", required=True, metavar="DIR", action="append",
+                   help="a checkpoint directory; again for more models (each serves the pair "
+                   "it records; a pair without a model goes through English), or a directory "
+                   "of checkpoints, or a file listing them one a line")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (8000; 0 = any free one)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, ... (cpu)")
@@ -499,7 +503,10 @@ def _run_serve(args: argparse.Namespace) -> int:
     except ImportError as err:
         raise ConfigError(f"aiayn serve needs the serve extra: pip install 'aiayn[serve]' ({err})")
     names = [f.name for f in dataclasses.fields(ServeConfig)]
-    serve(ServeConfig(**{n: getattr(args, n) for n in names if hasattr(args, n)}),
+    given = {n: getattr(args, n) for n in names if hasattr(args, n)}
+    if len(given["checkpoint"]) == 1:
+        given["checkpoint"] = given["checkpoint"][0]
+    serve(ServeConfig(**given),
           announce=lambda line: print(line, flush=True))  # fmt: skip
     return 0
 

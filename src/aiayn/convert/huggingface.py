@@ -83,7 +83,21 @@ def import_huggingface(directory: str | Path, out: str | Path, force: bool = Fal
     model = Transformer(config.model)
     load_marian_weights(model, weights, directory)
     meta = {"imported_from": str(directory.resolve()), "imported_format": "MarianMT"}
+    languages = marian_languages(directory)
+    if languages is not None:  # the pair `aiayn serve` routes it by
+        meta["languages"] = languages
     return save_checkpoint(out, model, config, src_vocab, tgt_vocab, meta)
+
+
+def marian_languages(directory: Path) -> dict[str, str] | None:
+    """{"source", "target"}: the codes OPUS-MT's tokenizer_config.json gives as source_lang
+    and target_lang, as given; None where it does not name both."""
+    settings = directory / "tokenizer_config.json"
+    found = _json_object(settings) if settings.is_file() else {}
+    pair = found.get("source_lang"), found.get("target_lang")
+    if not all(isinstance(code, str) and code for code in pair):
+        return None
+    return {"source": pair[0], "target": pair[1]}
 
 
 def read_config(directory: Path) -> dict[str, Any]:

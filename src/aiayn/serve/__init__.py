@@ -1,6 +1,10 @@
-"""`aiayn serve`: a trained model behind HTTP (FastAPI + uvicorn, the `serve` extra).
+"""`aiayn serve`: trained models behind HTTP (FastAPI + uvicorn, the `serve` extra).
 
-- `batcher.py`: the queue and the worker thread; dynamic token-budget batches;
+- `batcher.py`: the queue and the worker thread; dynamic token-budget batches; the turns
+  the models' batchers take on the device;
+- `models.py`: the checkpoints served, by pair; a request's route (through English where
+  no model translates the pair);
+- `pivot.py`: a sentence translated through English, its alignment composed;
 - `runner.py`: what the worker runs: a `Translator`, and attention maps, word alignments
   and per-token log-probabilities when asked;
 - `service.py`: `ServeConfig` (options and limits) and `Service` (checks, queueing, waits);
@@ -12,5 +16,5 @@
 - `libre.py`: LibreTranslate's API over the same service;
 - `app.py`: the routes, the errors; `serve(config)` runs it all.
 
-The web page is `aiayn/web/serve.html`.
+The web page is `aiayn/web/serve.html`; language identification is `aiayn.text.language`.
 """

@@ -2,7 +2,7 @@
 
     POST /v1/translate  texts in, translations out (`v1.py`)
     GET  /health        alive;  GET /ready: 503 until the model has loaded and translated once
-    GET  /info          model, languages, decoding defaults, limits, counts
+    GET  /info          model, languages, decoding defaults, limits, counts; every model
     GET  /heads         what each head does (`aiayn heads --json`, given as --heads), or 404
     GET  /              the web page (`web/serve.html`), nothing loaded from elsewhere
     GET  /openapi.json  every route, body, field and status (`schema.py`)
@@ -75,7 +75,7 @@ def create_app(service: Service) -> FastAPI:
 
     @app.post(
         "/v1/translate", response_model=None,
-        openapi_extra=schema.json_body(schema.v1_request(config)),
+        openapi_extra=schema.json_body(schema.v1_request(config, service.models.codes())),
         responses=schema.responses(schema.V1_RESPONSE, 403, 413, 422, 429, 503, 504),
     )  # fmt: skip
     async def translate_v1(request: Request) -> dict:
@@ -85,9 +85,11 @@ def create_app(service: Service) -> FastAPI:
         asked = v1.parse_v1(data, service)
         access.check(data.get("api_key"), client_address(request))
         work = service.translate_texts(asked.texts, asked.options, asked.wants,
-                                       split=asked.split, html=asked.html)  # fmt: skip
+                                       split=asked.split, html=asked.html,
+                                       route=asked.route)  # fmt: skip
         results = await unless_gone(request, work)
-        return {"translations": [v1.answer(r, asked.wants) for r in results]}
+        several = len(service.models.all) > 1
+        return {"translations": [v1.answer(r, asked.wants, several) for r in results]}
 
     @app.get("/health", response_model=None,
              responses=schema.responses(schema.obj({"status": {"const": "ok"}}, ("status",))))
@@ -104,7 +106,8 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/info", response_model=None, responses=schema.responses(schema.INFO))
     async def info() -> dict:
-        """The model, its languages, decoding defaults, limits, batching and counts."""
+        """The (first) model, its languages, decoding defaults, limits, batching and counts;
+        each model's under `models`."""
         return service.info()
 
     @app.get("/heads", response_model=None, responses=schema.responses(schema.HEADS, 404))
@@ -144,9 +147,10 @@ def serve(config: ServeConfig, announce=print) -> None:
         app, log_level="warning", access_log=False,
         timeout_graceful_shutdown=5,
     ))  # fmt: skip
-    service.batcher.on_error = lambda message: setattr(server, "should_exit", True)
+    for batcher in service.batchers:
+        batcher.on_error = lambda message: setattr(server, "should_exit", True)
     shown = f"[{host}]" if ":" in host else host
     announce(f"aiayn serve: listening on http://{shown}:{port}/ (GET /ready: 200 once loaded)")
     server.run(sockets=[sock])
-    if service.batcher.error:
-        raise CheckpointError(service.batcher.error)
+    if service.error:
+        raise CheckpointError(service.error)

@@ -9,6 +9,10 @@ arrived, or since the worker finished its last batch if that is later; then it r
 batch as one call. `max_batch_tokens=1, max_wait_ms=0` serves one
 request at a time, for comparison. A job whose caller gave up (its future cancelled) before
 the worker took it is dropped unrun.
+
+Several models (`models.py`) have a batcher each, and the batchers share one `Turns`: one
+batch runs at a time on the device, in the order the batches were ready, so a model's batch
+waits behind at most one batch of each other model, never behind a queue of them.
 """
 
 from __future__ import annotations
@@ -58,6 +62,26 @@ class Stats:
     batches: int = 0  # model calls: one per batch
 
 
+class Turns:
+    """One batch at a time, first ready first run (a ticket lock: fair, unlike a bare Lock,
+    whose waiters may be passed over again and again)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._next, self._serving = 0, 0
+
+    def __enter__(self) -> None:
+        with self._cond:
+            ticket, self._next = self._next, self._next + 1
+            while ticket != self._serving:
+                self._cond.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
+
+
 class Batcher:
     """A queue of jobs and the worker thread that runs them in batches.
 
@@ -72,8 +96,10 @@ class Batcher:
         max_batch_tokens: int,
         max_wait_ms: float,
         max_queue: int,
+        turns: Turns | None = None,
     ) -> None:
         self.load = load
+        self.turns = turns or Turns()  # shared by the batchers of one service
         self.on_error: Callable[[str], None] | None = None
         self.max_batch_tokens, self.max_wait = max_batch_tokens, max_wait_ms / 1000.0
         self.max_queue = max_queue
@@ -185,7 +211,8 @@ class Batcher:
         sources = [x for job in batch for x in job.sources]
         extras = [e for job in batch for e in job.extras]
         try:
-            results = runner.run(sources, batch[0].options, extras)
+            with self.turns:
+                results = runner.run(sources, batch[0].options, extras)
         except Exception as err:  # e.g. out of memory: the callers get it, the worker goes on
             for job in batch:
                 job.future.set_exception(err)

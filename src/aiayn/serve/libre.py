@@ -2,19 +2,23 @@
 libretranslate-aio) call it: JSON or form-encoded bodies, LibreTranslate's fields, answers,
 errors (`{"error": ...}`, 400 for a bad request, 403 for a bad key, 429 past the limit).
 
-    GET  /languages           [{"code", "name", "targets"}]: the model's two languages
+    GET  /languages           [{"code", "name", "targets"}]: every language the models read
+                              or write, with the targets each reaches (through English too)
     POST /translate           q (string or list), source ("auto" too), target, format
                               ("text" | "html"), alternatives, api_key -> {"translatedText",
-                              "detectedLanguage" (source "auto"), "alternatives"}
-    POST /detect              [{"confidence", "language"}]
+                              "detectedLanguage" (source "auto": each text's, as
+                              LibreTranslate detects them), "alternatives", "models" (a
+                              server of several: those that translated, in order)}
+    POST /detect              [{"confidence", "language"}], most likely first
     POST /translate_file      multipart: file (.txt, .html), source, target, api_key ->
                               {"translatedFileUrl"}, served by GET /download_file/NAME
     GET  /frontend/settings   the settings LibreTranslate's page reads
     POST /suggest             403: suggestions are not taken
 
-A model translates one pair; it runs no language detector, so `/detect` (and `source:
-"auto"`) names the model's source language with confidence 0, as LibreTranslate answers
-when its detector finds nothing: an honest "not detected, assumed".
+Each model translates one pair (`models.py`); a pair without its own model goes through
+English. `/detect` (and `source: "auto"`) tells apart the languages the models translate
+from (`text.language`); a server of one source language names it with confidence 0, as
+LibreTranslate answers when its detector finds nothing: an honest "not detected, assumed".
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from starlette.datastructures import UploadFile
 from aiayn.serve import schema
 from aiayn.serve.body import client_address, read_fields, unless_gone, upload
 from aiayn.serve.keys import Access
+from aiayn.serve.models import Model
 from aiayn.serve.runner import Options
 from aiayn.serve.service import ApiError, Service
 
@@ -68,14 +73,6 @@ def _code(fields: dict, name: str) -> str:
     if not isinstance(value, str):
         raise ApiError(400, f"Invalid request: {name} must be a language code")
     return value
-
-
-def _check_pair(source: str, target: str, codes: tuple[str | None, str | None]) -> None:
-    """400 naming the pair unless the model translates it (any pair, where it records none)."""
-    ours = (codes[0] if source == "auto" else source, target)
-    if None not in codes and ours != codes:
-        raise ApiError(400, f"{source} -> {target} is not a pair this model translates: it "
-                            f"translates {codes[0]} -> {codes[1]} only")  # fmt: skip
 
 
 def _alternatives(fields: dict, most: int) -> int:
@@ -137,8 +134,9 @@ class FileStore:
 def libre_router(service: Service, access: Access) -> APIRouter:
     """LibreTranslate's routes over `service`, behind `access`'s keys and limits."""
     router, files = APIRouter(), FileStore()
-    codes, config = service.languages, service.config
+    codes, config = service.models.codes(), service.config
     limit = config.max_body_bytes
+    several = len(service.models.all) > 1
 
     async def fields_of(request: Request) -> dict:
         fields = await read_fields(request, limit)
@@ -147,11 +145,8 @@ def libre_router(service: Service, access: Access) -> APIRouter:
 
     @router.get("/languages", responses=schema.responses(schema.LANGUAGES), response_model=None)
     async def languages() -> list:
-        """The languages: the model's source (with its target) and target."""
-        if None in codes:
-            return []
-        return [{"code": codes[0], "name": _name(codes[0]), "targets": [codes[1]]},
-                {"code": codes[1], "name": _name(codes[1]), "targets": []}]  # fmt: skip
+        """Each language, with the targets it reaches, directly or through English."""
+        return service.models.languages(_name)
 
     @router.post(
         "/translate", response_model=None,
@@ -170,15 +165,19 @@ def libre_router(service: Service, access: Access) -> APIRouter:
         if text_format not in ("text", "html"):
             raise ApiError(400, f"{text_format!r} format is not supported (text, html)")
         alternatives = _alternatives(fields, config.max_beam - 1)
-        _check_pair(source, target, codes)
-        html = text_format == "html"
-        work = service.translate_texts(texts, _options(service, alternatives), html=html)
+        found = service.detect_each(texts) if source == "auto" else None
+        sources = [code for code, _ in found] if found else [source] * len(texts)
+        html, one = text_format == "html", isinstance(q, str)
+        work = service.translate_each(texts, sources, target, html=html,
+                                      options_for=lambda r: _options(service, alternatives, r))
         results = await unless_gone(request, work)
         best = [r.text for r in results]
-        out: dict[str, Any] = {"translatedText": best[0] if isinstance(q, str) else best}
-        if source == "auto":
-            detected = {"confidence": 0.0, "language": codes[0] or "auto"}
-            out["detectedLanguage"] = detected if isinstance(q, str) else [detected] * len(q)
+        out: dict[str, Any] = {"translatedText": best[0] if one else best}
+        if found is not None:
+            detected = [_detection(*each) for each in found]
+            out["detectedLanguage"] = detected[0] if one else detected
+        if several:  # which models translated each text, e.g. two through English
+            out["models"] = results[0].models if one else [r.models for r in results]
         if alternatives:  # none for HTML, as LibreTranslate
             others = [[] if html else _unique([t for t, _ in r.nbest[1:]], r.text) for r in results]
             out["alternatives"] = others[0] if isinstance(q, str) else others
@@ -190,11 +189,13 @@ def libre_router(service: Service, access: Access) -> APIRouter:
         responses=schema.responses(schema.DETECTIONS, 400, 403, 429),
     )  # fmt: skip
     async def detect(request: Request) -> list:
-        """The model's source language, confidence 0: it reads one, and detects none."""
+        """The languages the server translates from, most likely first, confidence in
+        percent (a server of one source language: that one, confidence 0)."""
         fields = await fields_of(request)
-        if not isinstance(_required(fields, "q"), str):
+        q = _required(fields, "q")
+        if not isinstance(q, str):
             raise ApiError(400, "Invalid request: q must be a string")
-        return [{"confidence": 0.0, "language": codes[0] or "auto"}]
+        return [_detection(code, p) for code, p in service.detect(q)]
 
     @router.post(
         "/translate_file", response_model=None, openapi_extra=schema.file_request(codes),
@@ -211,12 +212,13 @@ def libre_router(service: Service, access: Access) -> APIRouter:
         suffix = _file_type(file)
         if suffix is None:
             raise ApiError(400, "Invalid request: file format not supported (.txt, .html)")
-        _check_pair(source, target, codes)
         try:
             text = (await file.read()).decode("utf-8-sig")
         except UnicodeDecodeError as err:
             raise ApiError(400, f"Invalid request: the file is not UTF-8 ({err})") from None
-        translated = await unless_gone(request, service.translate_file(text, suffix == ".html"))
+        route = service.pick(source, target, [text])[0]
+        work = service.translate_file(text, suffix == ".html", route)
+        translated = await unless_gone(request, work)
         name = files.add(file.filename or "file", translated.encode(), FILE_TYPES[suffix])
         return {"translatedFileUrl": str(request.url_for("download_file", name=name))}
 
@@ -237,7 +239,8 @@ def libre_router(service: Service, access: Access) -> APIRouter:
                 responses=schema.responses(schema.FRONTEND_SETTINGS))  # fmt: skip
     async def frontend_settings() -> dict:
         """The settings LibreTranslate's own page reads."""
-        pair = [{"code": code or "", "name": _name(code) if code else "unknown"} for code in codes]
+        pair = [{"code": code or "", "name": _name(code) if code else "unknown"}
+                for code in service.languages]  # the first model's
         return {
             "charLimit": -1, "frontendTimeout": int(config.timeout_s * 1000),
             "apiKeys": config.api_keys is not None, "keyRequired": config.req_limit == 0,
@@ -255,9 +258,14 @@ def libre_router(service: Service, access: Access) -> APIRouter:
     return router
 
 
-def _options(service: Service, alternatives: int) -> Options:
-    """The checkpoint's decoding, with a beam wide enough for `alternatives` more."""
-    defaults = service.defaults()
+def _detection(code: str, probability: float) -> dict:
+    """LibreTranslate's detection: the language, its confidence in percent."""
+    return {"confidence": round(100 * probability, 1), "language": code}
+
+
+def _options(service: Service, alternatives: int, route: list[Model]) -> Options:
+    """The (last) model's decoding, with a beam wide enough for `alternatives` more."""
+    defaults = service.defaults(route[-1])
     if not alternatives:
         return defaults
     beam = max(defaults.beam, alternatives + 1)

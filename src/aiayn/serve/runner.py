@@ -48,6 +48,7 @@ class Result:
     alignment: list[tuple[int, int]] | None = None  # (source word, target word), 0-based
     tokens: list[list[str]] | None = None  # each hypothesis's pieces, "</s>" last
     log_probs: list[list[float]] | None = None  # log p of each of those pieces
+    pivot: Result | None = None  # through English: the first leg's result (its English text)
 
 
 class TranslatorRunner:

@@ -22,7 +22,7 @@ RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"typ
 
 # Why each error status is given, route by route.
 REASONS = {
-    400: "invalid request: a missing or bad field, a pair this model does not translate, or "
+    400: "invalid request: a missing or bad field, a pair the models do not translate, or "
          "a limit passed (LibreTranslate's status for all of them)",
     403: "an api_key not in --api-keys (or none, with --req-limit 0)",
     404: "no such file, or (GET /heads) no head report: the server was started without --heads",
@@ -75,10 +75,13 @@ ATTENTION = obj(
         for kind in ("encoder", "decoder", "cross")}},
     ("source", "target", "encoder", "decoder", "cross"),
 )  # fmt: skip
+PIVOT = obj({"model": STRING, "text": STRING, "score": NUMBER, "attention": ATTENTION},
+            ("model", "text", "score"),
+            description="through English: the first model's translation")  # fmt: skip
 SENTENCE = obj(
     {"source": STRING, "text": STRING, "score": NUMBER,
      "nbest": array(SCORED, description="the n best, best first"),
-     "alignment": LINKS, "attention": ATTENTION},
+     "alignment": LINKS, "attention": ATTENTION, "pivot": PIVOT},
     ("source", "text", "score", "nbest"),
 )  # fmt: skip
 V1_RESPONSE = obj(
@@ -90,14 +93,16 @@ V1_RESPONSE = obj(
                                             "sentences: each sentence's k-th)"),
          "alignment": LINKS,
          "attention": ATTENTION,
-         "sentences": array(SENTENCE, description="each sentence's own translations")},
+         "sentences": array(SENTENCE, description="each sentence's own translations"),
+         "models": array(STRING, description="a server of several models: those that "
+                                             "translated, in order")},
         ("text", "score", "nbest", "sentences"),
     ), description="one per text, in order")},
     ("translations",),
 )  # fmt: skip
 
 
-def v1_request(c: ServeConfig) -> Schema:
+def v1_request(c: ServeConfig, codes: Codes = ([], [])) -> Schema:
     return obj(
         {"text": {"anyOf": [STRING, array(STRING, maxItems=c.max_sentences)],
                   "description": "a text, or a list of them"},
@@ -114,23 +119,27 @@ def v1_request(c: ServeConfig) -> Schema:
          "alignment": {"type": "boolean", "description": "return word alignments (false)"},
          "log_probs": {"type": "boolean",
                        "description": "return each hypothesis's per-token log-probabilities"},
+         **language_fields(codes),
          "api_key": API_KEY},
         ("text",), additionalProperties=False,
     )  # fmt: skip
 
 
-def language_fields(codes: tuple[str | None, str | None]) -> dict[str, Schema]:
-    """`source` and `target`: the model's own codes (any string where it records none)."""
-    known = None not in codes
+Codes = tuple[list[str], list[str]]  # (every source language, every target reached)
+
+
+def language_fields(codes: Codes) -> dict[str, Schema]:
+    """`source` and `target`: the models' own codes (any string where none are recorded)."""
+    known = all(codes)
     return {
-        "source": {**STRING, **({"enum": [codes[0], "auto"]} if known else {}),
+        "source": {**STRING, **({"enum": [*codes[0], "auto"]} if known else {}),
                    "description": 'source language code, or "auto"'},
-        "target": {**STRING, **({"enum": [codes[1]]} if known else {}),
+        "target": {**STRING, **({"enum": list(codes[1])} if known else {}),
                    "description": "target language code"},
     }  # fmt: skip
 
 
-def libre_translate_request(c: ServeConfig, codes: tuple[str | None, str | None]) -> Schema:
+def libre_translate_request(c: ServeConfig, codes: Codes) -> Schema:
     return obj(
         {"q": {"anyOf": [{**STRING, "minLength": 1},
                          array(STRING, minItems=1, maxItems=c.max_sentences)],
@@ -156,13 +165,16 @@ LIBRE_TRANSLATION = obj(
      "detectedLanguage": {"anyOf": [DETECTED, array(DETECTED)],
                           "description": 'with source "auto"'},
      "alternatives": {"anyOf": [array(STRING), array(array(STRING))],
-                      "description": "with alternatives > 0"}},
+                      "description": "with alternatives > 0"},
+     "models": {"anyOf": [array(STRING), array(array(STRING))],
+                "description": "a server of several models: those that translated, in order "
+                               "(each text's, for a list)"}},
     ("translatedText",),
 )  # fmt: skip
 DETECT_REQUEST = obj({"q": {**STRING, "minLength": 1}, "api_key": API_KEY}, ("q",))
 
 
-def file_request(codes: tuple[str | None, str | None]) -> dict:
+def file_request(codes: Codes) -> dict:
     file = {**STRING, "format": "binary", "description": "a .txt or .html file (by its name, "
             "else its type)"}  # fmt: skip
     body = obj({"file": file, **language_fields(codes), "api_key": API_KEY},
@@ -183,6 +195,8 @@ FRONTEND_SETTINGS = obj(
 INFO = obj(
     {name: {"type": "object"} for name in
      ("model", "languages", "decode", "limits", "batching", "stats")}
+    | {"models": array({"type": "object"}, description="each model: name, model, languages, "
+                                                       "decode, ready, stats")}
     | {"ready": {"type": "boolean"}},
     ("model", "languages", "decode", "limits", "batching", "ready", "stats"),
 )  # fmt: skip

@@ -1,14 +1,18 @@
-"""The translation service without its HTTP layer: limits, the model's loading, requests.
+"""The translation service without its HTTP layer: limits, the models' loading, requests.
 
 `Service.translate` checks a request against the limits (`ServeConfig`), queues it for the
-worker thread (`batcher.Batcher`) and waits for it, at most `timeout_s`. Each refusal is an
-`ApiError` with the HTTP status it maps to and a message naming the limit.
+worker thread of its model's batcher (`batcher.Batcher`) and waits for it, at most
+`timeout_s`. Each refusal is an `ApiError` with the HTTP status it maps to and a message
+naming the limit. With several checkpoints (`models.py`), `route` / `pick` choose the
+models of a request's pair (detecting its source for "auto": `text.language`), and
+`translate_texts` sends its sentences through each in turn (`pivot.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -18,17 +22,20 @@ from aiayn.analysis.heads_output import read_report
 from aiayn.checkpoint import Checkpoint
 from aiayn.errors import ConfigError
 from aiayn.model.transformer import parameter_count
-from aiayn.serve.batcher import Batcher, Job, NotReady, QueueFull
+from aiayn.serve.batcher import Batcher, Job, NotReady, QueueFull, Turns
+from aiayn.serve.models import Model, Models, NoRoute, checkpoint_paths
+from aiayn.serve.pivot import pivot_options, pivot_wants, through
 from aiayn.serve.runner import Options, Result, TranslatorRunner, Wants
 from aiayn.serve.texts import TextResult, join, segment
+from aiayn.text.language import LanguageIdentifier
 from aiayn.translate import Translator
 
 
 @dataclass
 class ServeConfig:
-    """`aiayn serve`'s options: the model, where to listen, batching and the limits."""
+    """`aiayn serve`'s options: the models, where to listen, batching and the limits."""
 
-    checkpoint: str
+    checkpoint: str | list[str]  # one checkpoint, or several (`models.checkpoint_paths`)
     host: str = "127.0.0.1"
     port: int = 8000
     device: str = "cpu"
@@ -85,23 +92,50 @@ def model_languages(config: ServeConfig, ckpt: Checkpoint) -> tuple[str | None, 
 
 
 class Service:
-    """One model behind a queue; `start` begins loading it in the worker thread."""
+    """The models behind their queues (`models.Models`); `start` begins loading them, each
+    in its batcher's worker thread, the batchers taking turns on the device."""
 
     def __init__(self, config: ServeConfig) -> None:
         self.config = config
-        ckpt = Checkpoint(config.checkpoint)  # a bad path fails now
-        self.model_config = ckpt.config
-        self.languages = model_languages(config, ckpt)
-        m = ckpt.config.model
+        paths = checkpoint_paths(config.checkpoint)
+        several = len(paths) > 1
+        if several and (config.src_lang or config.tgt_lang or config.heads):
+            raise ConfigError("--src-lang, --tgt-lang and --heads are for one --checkpoint; "
+                              "with several, each checkpoint names its own pair")  # fmt: skip
+        turns, models = Turns(), []
+        for path in paths:
+            ckpt = Checkpoint(path)  # a bad path fails now
+            pair = model_languages(config, ckpt) if not several else ckpt.languages
+            model = Model(path, ckpt.config, pair)
+            model.batcher = Batcher(functools.partial(self._load, model), config.max_batch_tokens,
+                                    config.max_wait_ms, config.max_queue, turns)  # fmt: skip
+            models.append(model)
+        self.models = Models(models)
+        self.model_config = self.models.first.config
+        self.languages = self.models.first.pair
+        self.identifier = LanguageIdentifier(self.models.sources)
+        m = self.model_config.model
         # what each head does (`aiayn heads`), read and checked now: a wrong file fails here
         self.heads = read_report(config.heads, m.n_layers, m.n_heads) if config.heads else None
-        self.translator: Translator | None = None
-        self.parameters: int | None = None  # counted by the worker (building a model is slow)
-        self.batcher = Batcher(
-            self._load, config.max_batch_tokens, config.max_wait_ms, config.max_queue
-        )
 
-    def _load(self) -> TranslatorRunner:
+    @property
+    def batcher(self) -> Batcher:
+        """The first model's batcher (a one-model server's only one)."""
+        return self.models.first.batcher
+
+    @property
+    def translator(self) -> Translator | None:
+        return self.models.first.translator
+
+    @property
+    def parameters(self) -> int | None:
+        return self.models.first.parameters
+
+    @property
+    def batchers(self) -> list[Batcher]:
+        return [model.batcher for model in self.models.all]
+
+    def _load(self, model: Model) -> TranslatorRunner:
         """In the worker: load, and decode once (so that ready means it has translated)."""
         if self.config.threads is not None:
             torch.set_num_threads(self.config.threads)
@@ -109,23 +143,36 @@ class Service:
         # now: each stays for the life of the process, and met one by one as batches of new
         # sizes came, they made the server's memory creep up over a run.
         translator = Translator.from_checkpoint(
-            self.config.checkpoint, device=self.config.device, int8=self.config.int8,
+            model.path, device=self.config.device, int8=self.config.int8,
             max_tokens=self.config.max_batch_tokens, long_lived=True,
         )  # fmt: skip
         translator.translate(["warm up"])
-        self.parameters = parameter_count(self.model_config.model)
-        self.translator = translator
+        if len(self.models.sources) > 1:  # detection is needed: loaded before ready
+            self.identifier.load()
+        model.parameters = parameter_count(model.config.model)
+        model.translator = translator
         return TranslatorRunner(translator)
 
     def start(self) -> None:
-        self.batcher.start()
+        for batcher in self.batchers:
+            batcher.start()
 
     def stop(self) -> None:
-        self.batcher.stop()
+        for batcher in self.batchers:
+            batcher.stop()
+
+    @property
+    def error(self) -> str | None:
+        """Why a model could not be loaded (None while none failed)."""
+        return next((b.error for b in self.batchers if b.error), None)
+
+    @property
+    def ready(self) -> bool:
+        return all(b.ready for b in self.batchers)
 
     def check_ready(self) -> None:
-        if not self.batcher.ready:
-            reason = self.batcher.error or "the model is loading"
+        if not self.ready:
+            reason = self.error or "the model is loading"
             raise ApiError(503, f"not ready: {reason}", {"Retry-After": "2"})
 
     def head_report(self) -> dict:
@@ -135,18 +182,73 @@ class Service:
                                 "that `aiayn heads --json FILE` writes for this model")  # fmt: skip
         return self.heads
 
-    def defaults(self) -> Options:
-        decode = self.model_config.decode
+    def defaults(self, model: Model | None = None) -> Options:
+        decode = (model or self.models.first).config.decode
         return Options(beam=decode.beam, alpha=decode.alpha, nbest=1)
 
-    async def _sources(self, sentences: list[str]) -> list[list[int]]:
+    def route(self, source: str, target: str) -> list[Model]:
+        """The models for `source` -> `target` (`Models.route`); 400 naming the pair if none."""
+        try:
+            return self.models.route(source, target)
+        except NoRoute as err:
+            raise ApiError(400, str(err)) from None
+
+    def pick(self, source: str, target: str, texts: list[str]
+             ) -> tuple[list[Model], tuple[str, float] | None]:  # fmt: skip
+        """The route for `source` -> `target`, and for source "auto" the language detected
+        over `texts` (one for them all) with its probability; 400 if no models translate it."""
+        detected = None
+        if source == "auto":
+            detected = self.detect("\n".join(texts))[0]
+            source = detected[0]
+        return self.route(source, target), detected
+
+    def detect_each(self, texts: list[str]) -> list[tuple[str, float]]:
+        """Each text's language, as LibreTranslate detects a list's: a text of more than 40
+        characters by itself, a shorter one by all the texts together."""
+        together = self.detect("\n".join(texts))[0]
+        return [self.detect(text)[0] if len(text) > 40 else together for text in texts]
+
+    async def translate_each(
+        self, texts: list[str], sources: list[str], target: str, options_for, *,
+        html: bool = False,
+    ) -> list[TextResult]:  # fmt: skip
+        """Each text translated from its own source language into `target`: the texts of one
+        language together (`translate_texts`), the languages at once; `options_for(route)`:
+        the decoding of a route. 400 naming a pair no models translate, before any work."""
+        groups: dict[str, list[int]] = {}
+        for i, source in enumerate(sources):
+            groups.setdefault(source, []).append(i)
+        routes = {source: self.route(source, target) for source in groups}
+        done = await asyncio.gather(*(
+            self.translate_texts([texts[i] for i in group], options_for(routes[source]),
+                                 html=html, route=routes[source])
+            for source, group in groups.items()
+        ))  # fmt: skip
+        out: list[TextResult] = [None] * len(texts)  # type: ignore[list-item]
+        for group, results in zip(groups.values(), done):
+            for i, result in zip(group, results):
+                out[i] = result
+        return out
+
+    def detect(self, text: str) -> list[tuple[str, float]]:
+        """The languages the server translates from that the identifier knows, most likely
+        first, with their probability. Where it cannot tell two apart (one source language,
+        or one it knows), that one is named with probability 0: assumed, not detected."""
+        sources = self.models.sources
+        known = self.identifier.known if len(sources) > 1 else []
+        if len(known) < 2:
+            return [((known or sources or ["auto"])[0], 0.0)]
+        return self.identifier.rank(text)
+
+    async def _sources(self, sentences: list[str], model: Model) -> list[list[int]]:
         """Each sentence's source ids, eos included, encoded here once (in a thread, not in
         the event loop) and carried to the worker; 413 past the limits."""
         c = self.config
         if len(sentences) > c.max_sentences:
             raise ApiError(413, f"too many sentences: {len(sentences)}; the limit is "
                                 f"--max-sentences {c.max_sentences}")  # fmt: skip
-        sources = await asyncio.to_thread(self.translator.encode, sentences)
+        sources = await asyncio.to_thread(model.translator.encode, sentences)
         lengths = [len(ids) for ids in sources]
         for i, n in enumerate(lengths):
             if n > c.max_sentence_tokens:
@@ -157,16 +259,19 @@ class Service:
         return sources
 
     async def translate(
-        self, sentences: list[str], options: Options, wants: Wants = Wants()
-    ) -> list[Result]:
-        """Each sentence's result, in order, from one job; refusals as `ApiError`s."""
+        self, sentences: list[str], options: Options, wants: Wants = Wants(),
+        model: Model | None = None,
+    ) -> list[Result]:  # fmt: skip
+        """Each sentence's result, in order, from one job of `model` (the first one by
+        default); refusals as `ApiError`s."""
         self.check_ready()
         if not sentences:
             return []
-        sources = await self._sources(sentences)
+        model = model or self.models.first
+        sources = await self._sources(sentences, model)
         job = Job(sources, [len(x) for x in sources], options, [wants] * len(sentences))
         try:
-            future = self.batcher.submit(job)
+            future = model.batcher.submit(job)
         except QueueFull as err:
             raise ApiError(503, str(err), {"Retry-After": "1"}) from None
         except NotReady as err:
@@ -179,11 +284,23 @@ class Service:
             raise ApiError(504, f"no translation within --timeout {self.config.timeout_s:g} s; "
                                 "send fewer or shorter sentences") from None  # fmt: skip
 
+    async def _through(self, route: list[Model], sentences: list[str], options: Options,
+                       wants: Wants) -> list[Result]:  # fmt: skip
+        """`sentences` translated by each model of `route` in turn (`pivot.py`)."""
+        if len(route) == 1:
+            return await self.translate(sentences, options, wants, route[0])
+        first, second = route
+        english = await self.translate(sentences, pivot_options(options), pivot_wants(wants),
+                                       first)  # fmt: skip
+        final = await self.translate([r.nbest[0][0] for r in english], options, wants, second)
+        return [through(a, b) for a, b in zip(english, final)]
+
     async def translate_texts(
         self, texts: list[str], options: Options, wants: Wants = Wants(), *, split: bool = True,
-        html: bool = False, chunked: bool = False,
+        html: bool = False, chunked: bool = False, route: list[Model] | None = None,
     ) -> list[TextResult]:  # fmt: skip
-        """Each text cut into sentences (`texts.segment`), translated, put back together.
+        """Each text cut into sentences (`texts.segment`), translated by the models of
+        `route` (the first model by default), put back together.
         The sentences go in one job, within --max-sentences; `chunked` (a file: long, and
         sharing the queue with others), `max_sentences` a job, one job after another."""
         self.check_ready()
@@ -191,34 +308,49 @@ class Service:
             raise ApiError(413, f"too many sentences: {len(texts)} texts, a sentence each at "
                                 f"least; the limit is --max-sentences "
                                 f"{self.config.max_sentences}")  # fmt: skip
-        lang = self.languages[0] or "en"
+        route = route or [self.models.first]
+        lang = route[0].pair[0] or "en"
         docs = await asyncio.to_thread(segment, texts, lang, split, html)  # not in the loop
         sentences = [s for doc in docs for s in doc.sentences]
         wants = dataclasses.replace(wants, alignment=True) if html else wants  # places tags
         step = self.config.max_sentences if chunked else max(len(sentences), 1)
         results: list[Result] = []
         for start in range(0, len(sentences), step):
-            results += await self.translate(sentences[start : start + step], options, wants)
-        return join(docs, results, wants.alignment)
+            results += await self._through(route, sentences[start : start + step], options, wants)
+        joined = join(docs, results, wants.alignment)
+        for result in joined:
+            result.models = [model.name for model in route]
+        return joined
 
-    async def translate_file(self, text: str, html: bool) -> str:
+    async def translate_file(self, text: str, html: bool, route: list[Model] | None = None
+                             ) -> str:  # fmt: skip
         """A .txt or .html file's text translated (`translate_texts`, chunked)."""
-        (result,) = await self.translate_texts([text], self.defaults(), html=html, chunked=True)
+        (result,) = await self.translate_texts([text], self.defaults(), html=html, chunked=True,
+                                               route=route)  # fmt: skip
         return result.text
 
+    def _describe(self, model: Model) -> dict:
+        """One model's entry of /info: its architecture, pair, decoding and counts."""
+        m, c = model.config.model, self.config
+        return {
+            "model": {"checkpoint": Path(model.path).name, "d_model": m.d_model,
+                      "n_heads": m.n_heads, "n_layers": m.n_layers, "d_ff": m.d_ff,
+                      "parameters": model.parameters, "int8": c.int8, "device": c.device},
+            "languages": {"source": model.pair[0], "target": model.pair[1]},
+            "decode": asdict(self.defaults(model)),
+            "ready": model.batcher.ready,
+            "stats": asdict(model.batcher.stats),
+        }  # fmt: skip
+
     def info(self) -> dict:
-        m, c = self.model_config.model, self.config
+        """The first model's description at the top (a one-model server's), the limits,
+        and every model's under `models`."""
+        c = self.config
         limits = {k: getattr(c, k) for k in ("max_sentences", "max_sentence_tokens",
                                               "max_body_bytes", "max_beam", "max_queue",
                                               "timeout_s")}  # fmt: skip
-        return {
-            "model": {"checkpoint": Path(c.checkpoint).name, "d_model": m.d_model,
-                      "n_heads": m.n_heads, "n_layers": m.n_layers, "d_ff": m.d_ff,
-                      "parameters": self.parameters, "int8": c.int8, "device": c.device},
-            "languages": {"source": self.languages[0], "target": self.languages[1]},
-            "decode": asdict(self.defaults()),
-            "limits": limits,
-            "batching": {"max_batch_tokens": c.max_batch_tokens, "max_wait_ms": c.max_wait_ms},
-            "ready": self.batcher.ready,
-            "stats": asdict(self.batcher.stats),
-        }  # fmt: skip
+        out = self._describe(self.models.first)
+        out.update(limits=limits, ready=self.ready,
+                   batching={"max_batch_tokens": c.max_batch_tokens, "max_wait_ms": c.max_wait_ms},
+                   models=[{"name": m.name, **self._describe(m)} for m in self.models.all])
+        return out

@@ -15,7 +15,7 @@ the whole text to those of the whole translation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiayn.serve.runner import Result
 from aiayn.text.documents import text_alignment
@@ -47,6 +47,7 @@ class TextResult:
     sentences: list[str]  # the source sentences, as the model read them
     results: list[Result]  # one per sentence
     alignment: list[tuple[int, int]] | None  # over the whole text; asked for, and not HTML
+    models: list[str] = field(default_factory=list)  # the models that translated it, in order
 
 
 def segment(texts: list[str], lang: str, split: bool = True, html: bool = False) -> list:

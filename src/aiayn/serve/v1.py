@@ -22,13 +22,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from aiayn.serve.models import Model
 from aiayn.serve.runner import Options, Result, Wants
 from aiayn.serve.schema import MAX_ALPHA
 from aiayn.serve.service import ApiError, Service
 from aiayn.serve.texts import TextResult
 
 FIELDS = {"text", "beam", "alpha", "nbest", "split", "format", "attention", "alignment",
-          "log_probs", "api_key"}  # fmt: skip
+          "log_probs", "api_key", "source", "target"}  # fmt: skip
 
 
 @dataclass
@@ -38,6 +39,7 @@ class V1Request:
     wants: Wants
     split: bool
     html: bool
+    route: list[Model]
 
 
 def _texts(data: dict, name: str) -> list[str]:
@@ -72,7 +74,8 @@ def parse_v1(data: Any, service: Service) -> V1Request:
     unknown = sorted(set(data) - FIELDS)
     if unknown:
         raise ApiError(422, f"unknown field(s) {', '.join(unknown)}; known: {sorted(FIELDS)}")
-    defaults = service.defaults()
+    route = _route(data, service)
+    defaults = service.defaults(route[-1])
     beam = _int(data, "beam", defaults.beam, 1, service.config.max_beam, "--max-beam")
     nbest = _int(data, "nbest", 1, 1, beam, "at most the beam")
     alpha = data.get("alpha", defaults.alpha)
@@ -85,7 +88,25 @@ def parse_v1(data: Any, service: Service) -> V1Request:
         raise ApiError(422, f'"format" must be "text" or "html", got {json.dumps(text_format)}')
     wants = Wants(*(_flag(data, name, False) for name in ("attention", "alignment", "log_probs")))
     return V1Request(_texts(data, "text"), Options(beam, float(alpha), nbest), wants,
-                     _flag(data, "split", True), text_format == "html")  # fmt: skip
+                     _flag(data, "split", True), text_format == "html", route)  # fmt: skip
+
+
+def _route(data: dict, service: Service) -> list[Model]:
+    """The models for the body's `source` and `target`: by default the server's only source
+    language (else "auto": detected over the texts) and its only target (else required)."""
+    sources, targets = service.models.codes()
+    source = data.get("source", sources[0] if len(sources) == 1 else "auto")
+    target = data.get("target", targets[0] if len(targets) == 1 else None if targets else "")
+    if target is None:
+        raise ApiError(422, f'"target" is required: this server translates into '
+                            f'{", ".join(targets)}')  # fmt: skip
+    if not isinstance(source, str) or not isinstance(target, str):
+        raise ApiError(422, '"source" and "target" must be language codes')
+    try:
+        texts = _texts(data, "text") if source == "auto" else []  # detected over
+        return service.pick(source, target, texts)[0]
+    except ApiError as err:  # no model for the pair: a value out of range here
+        raise ApiError(422, err.message) from None
 
 
 def _hypotheses(result: Result, wants: Wants) -> list[dict]:
@@ -98,19 +119,26 @@ def _hypotheses(result: Result, wants: Wants) -> list[dict]:
     return out
 
 
-def _sentence(source: str, result: Result, wants: Wants) -> dict:
+def _sentence(source: str, result: Result, wants: Wants, pivot_model: str = "") -> dict:
     (text, score), out = result.nbest[0], {"source": source}
     out.update(text=text, score=score, nbest=_hypotheses(result, wants))
     if wants.alignment:
         out["alignment"] = [list(link) for link in result.alignment or []]
     if result.attention is not None:
         out["attention"] = result.attention
+    if result.pivot is not None:  # through English: the first leg's own translation
+        first = result.pivot
+        out["pivot"] = {"model": pivot_model, "text": first.nbest[0][0], "score": first.nbest[0][1]}
+        if first.attention is not None:
+            out["pivot"]["attention"] = first.attention
     return out
 
 
-def answer(result: TextResult, wants: Wants) -> dict:
-    """One text's entry of `translations`; `wants`: what the client asked for."""
-    sentences = [_sentence(s, r, wants) for s, r in zip(result.sentences, result.results)]
+def answer(result: TextResult, wants: Wants, models: bool = False) -> dict:
+    """One text's entry of `translations`; `wants`: what the client asked for; `models`:
+    name the models that translated it (a server of several)."""
+    first = result.models[0] if result.models else ""
+    sentences = [_sentence(s, r, wants, first) for s, r in zip(result.sentences, result.results)]
     nbest = [{"text": text, "score": score} for text, score in result.nbest]
     out: dict[str, Any] = {"text": result.text, "score": result.score, "nbest": nbest}
     if len(sentences) == 1:  # its sentence's own fields, as before texts were split
@@ -121,4 +149,6 @@ def answer(result: TextResult, wants: Wants) -> dict:
     if wants.alignment and result.alignment is not None:
         out["alignment"] = [list(link) for link in result.alignment]
     out["sentences"] = sentences
+    if models:
+        out["models"] = result.models
     return out
