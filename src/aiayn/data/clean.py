@@ -206,7 +206,7 @@ class SeenHashes:
         for run in self._runs:
             at = np.minimum(np.searchsorted(run, hashes), len(run) - 1)
             seen |= run[at] == hashes
-        self._add(np.unique(hashes))
+        self._add(np.sort(hashes[~seen]))  # the new ones, each once
         return seen
 
     def _add(self, run: np.ndarray) -> None:

@@ -119,7 +119,6 @@ def _write_prepared(
         with Cleaning(pair_filter, options.removed) as cleaning:
             manifest["splits"][name] = _binarize(name, files, tmp, (src_vocab, tgt_vocab),
                                                  length_filter, threads, options.quiet, cleaning)
-            cleaning.check_heavy()  # fmt: skip
         manifest["cleaning"] = cleaning.as_dict()
     bz.write_manifest(tmp, manifest)
     return manifest
@@ -287,8 +286,10 @@ def _binarize(
             workers=workers,
             progress=bar.update,
         )
-    if cleaning is not None and counts["pairs"] == 0:
-        raise DataError(f"{files.paths[0]}: no training pairs left after filtering")
+    if cleaning is not None:
+        cleaning.check_heavy()  # names the filter, which "nothing left" would not
+        if counts["pairs"] == 0:
+            raise DataError(f"{files.paths[0]}: no training pairs left after filtering")
     # the filters that always run, then those of the cleaning that removed any pair
     dropped = {k: v for k, v in counts.pop("dropped").items() if v or k in RUN_ALWAYS}
     return {
