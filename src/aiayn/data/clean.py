@@ -59,20 +59,18 @@ from aiayn.data.prepare_options import FILTERS, CleanOptions
 
 Pair = tuple[str, str]
 
-_SPACE = re.compile(r"\s+")
 _DIGIT = re.compile(r"\d")
 _MARKUP = regex.compile(
     r"</?[A-Za-z][\w:.-]*(?:\s[^<>]*)?/?>"  # a tag: <p>, </div>, <a href="...">, <br/>
     r"|&(?:[A-Za-z][A-Za-z0-9]{1,31}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});"  # &amp; &#160;
 )
 _NOT_TEXT = regex.compile(r"(?:https?://|www\.)\S+|\S+@\S+\.\w+")  # URLs, e-mail addresses
-_LETTER = regex.compile(r"\p{L}")
-_LETTER_OR_MARK = regex.compile(r"[\p{L}\p{M}]")
+_NOT_LETTER = regex.compile(r"[^\p{L}\p{M}]+")
 
 
 def normalized(text: str) -> str:
     """The form near-duplicates share: lowercase, every digit 0, whitespace squeezed."""
-    return _SPACE.sub(" ", _DIGIT.sub("0", text.casefold())).strip()
+    return " ".join(_DIGIT.sub("0", text.casefold()).split())
 
 
 def _hash64(text: str) -> int:
@@ -105,12 +103,12 @@ class _SideFilter:
 
     def reason(self, text: str) -> str | None:
         """Why this side sinks its pair ("chars", "script", "language"), or None."""
-        bare = _MARKUP.sub(" ", _NOT_TEXT.sub(" ", text))
-        letters = "".join(_LETTER.findall(bare))
-        if self.letter_share > 0:
-            visible = sum(not c.isspace() for c in text)
-            if len(_LETTER_OR_MARK.findall(bare)) < self.letter_share * visible:
-                return "chars"
+        bare = _MARKUP.sub(" ", text) if "<" in text or "&" in text else text
+        if "/" in bare or "www." in bare or "@" in bare:
+            bare = _NOT_TEXT.sub(" ", bare)
+        letters = _NOT_LETTER.sub("", bare)  # letters and combining marks
+        if len(letters) < self.letter_share * len("".join(text.split())):
+            return "chars"
         if self.script is not None and self.script.share(letters) < self.script_share:
             return "script"
         if self.language is not None and self.language.is_other(text):
@@ -159,10 +157,10 @@ class PairFilter:
         if not src.strip() or not tgt.strip():
             return "empty"
         o = self.options
-        if o.runs("copy") and _SPACE.sub(" ", src.casefold()).strip() == _SPACE.sub(
-            " ", tgt.casefold()
-        ).strip() and len(src.split()) >= o.min_copy_words:
-            return "copy"
+        if o.runs("copy"):
+            words = src.casefold().split()
+            if len(words) >= o.min_copy_words and words == tgt.casefold().split():
+                return "copy"
         if o.runs("markup") and (_MARKUP.search(src) or _MARKUP.search(tgt)):
             return "markup"
         for side, text in zip(self._sides, (src, tgt)):

@@ -18,8 +18,9 @@ language ("Where is the station?" where German is expected) is thousands of time
 to be English. Closely related languages that identifiers confuse (Bosnian, Croatian,
 Serbian; Indonesian, Malay; Danish, Norwegian) count as one.
 
-The script table says which writing systems each language uses (ISO 639 codes; a language
-absent from it and known to the identifier is written in Latin letters).
+The script tables say which writing systems each language uses (ISO 639 codes). They are
+data of their own, so that the identifier's model (about 100 MB in memory) is loaded only
+where the language filter runs.
 """
 
 from __future__ import annotations
@@ -50,6 +51,13 @@ SCRIPTS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(["zh", "yue", "wuu"], ("Han",)),
     "ja": ("Han", "Hiragana", "Katakana"), "ko": ("Hangul", "Han"),
 }  # fmt: skip
+# Languages written in Latin letters (py3langid's, and a few more that CLD2 and OPUS use).
+LATIN = frozenset(
+    "ace af an ast az bcl br bs ca crh cs cy da de en eo es et eu ext fi fil fo fr fuv fy ga "
+    "gcf gcr gd gl gug guw ha hr ht hu id ig is it jv kab kik la lb lg lij ln lt ltg lv mg "
+    "ms mt nb nds nl nn no nso oc om pcm pl pt qu rm ro rw se sk sl sn so sq st sv sw tk tl "
+    "tn tr vec vi vo wa xh yo zu".split()
+)
 # Scripts whose one character carries about a syllable or a word: character counts of
 # their lines are not comparable with an alphabet's.
 DENSE_SCRIPTS = frozenset({"Han", "Hangul", "Hiragana", "Katakana"})
@@ -76,9 +84,7 @@ def identifiable(lang: str) -> bool:
 def scripts_of(lang: str) -> tuple[str, ...] | None:
     """The scripts `lang` is written in, or None for a code neither table knows."""
     code = base_code(lang)
-    if code in SCRIPTS:
-        return SCRIPTS[code]
-    return ("Latin",) if code in _identifier().labels and code != "zxx" else None
+    return SCRIPTS.get(code) or (("Latin",) if code in LATIN else None)
 
 
 def _group(code: str) -> set[str]:
@@ -114,11 +120,13 @@ class ScriptJudge:
         scripts = scripts_of(lang)
         if scripts is None:
             raise ValueError(f"no script known for {lang!r}")
-        alternatives = "".join(rf"\p{{Script={s}}}" for s in scripts)
-        self._in_script = regex.compile(rf"[{alternatives}]")
+        # combining marks of any script (the Inherited one) go with their letters
+        alternatives = "".join(rf"\p{{Script={s}}}" for s in (*scripts, "Inherited"))
+        self._not_in_script = regex.compile(rf"[^{alternatives}]+")
 
     def share(self, letters: str) -> float:
-        """Of `letters` (letters only), the share in the language's scripts (1 if none)."""
+        """Of `letters` (letters and marks only), the share in the language's scripts (1 if
+        there are none)."""
         if not letters:
             return 1.0
-        return len(self._in_script.findall(letters)) / len(letters)
+        return len(self._not_in_script.sub("", letters)) / len(letters)
