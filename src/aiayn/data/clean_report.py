@@ -47,8 +47,11 @@ class Cleaning:
             raise DataError(f"{removed}: cannot write the removed pairs ({err.strerror})") from err
 
     def _filters_run(self) -> list[str]:
+        """The filters this pass runs (a dry run has no vocabulary for the token filters)."""
         options = self.pair_filter.options
-        return [name for name in FILTERS if name in RUN_ALWAYS or options.runs(name)]
+        token_filters = ("too_long", "ratio") if self.dry_run else ()
+        return [name for name in FILTERS if name not in token_filters
+                and (name in RUN_ALWAYS or options.runs(name))]  # fmt: skip
 
     def __enter__(self) -> Cleaning:
         return self
