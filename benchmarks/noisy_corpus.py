@@ -144,7 +144,8 @@ def measure_filters(train: Path, raw: Path, labels: list[str], out: Path) -> dic
     """What `prepare`'s default cleaning removes from the noisy corpus `train`, scored
     against the labels (see `filter_scores`), and the recall on each kind it targets."""
     removed_tsv = out / "removed.tsv"
-    options = dataclasses.replace(OPTIONS, dry_run=True, removed=str(removed_tsv), quiet=True)
+    options = dataclasses.replace(OPTIONS, clean=CleanOptions(), dry_run=True,
+                                  removed=str(removed_tsv), quiet=True)  # fmt: skip
     start = time.monotonic()
     prepare(train=train, valid=raw_prefixes(raw)["valid"], out=out / "unused", options=options)
     seconds = round(time.monotonic() - start, 1)

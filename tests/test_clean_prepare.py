@@ -191,3 +191,21 @@ def test_several_workers_clean_as_one_does(tmp_path):
     assert one == two and len(one.splitlines()) == len(expected)
     assert (tmp_path / "out1" / "train.src.bin").read_bytes() == (
         tmp_path / "out2" / "train.src.bin").read_bytes()  # fmt: skip
+
+
+def test_a_recipe_prepares_the_standard_corpus_uncleaned_unless_asked(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    pairs = list(clean_pairs(60))
+    for stem, split in (("train", pairs + pairs[:3]), ("val", pairs[:10]),
+                        ("test_2016_flickr", pairs[10:20])):  # fmt: skip
+        write(raw / stem, split)
+    base = ["prepare", "multi30k", "--from", str(raw), "--vocab-size", "600", "--workers", "1",
+            "--quiet"]  # fmt: skip
+    assert main([*base, "--out", str(tmp_path / "standard")]) == 0
+    manifest = json.loads((tmp_path / "standard" / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["pairs"] == 63  # its three duplicates kept
+    assert main([*base, "--out", str(tmp_path / "cleaned"), "--skip-filter", "none"]) == 0
+    manifest = json.loads((tmp_path / "cleaned" / "manifest.json").read_text())
+    assert manifest["splits"]["train"]["pairs"] == 60
+    assert manifest["cleaning"]["removed"]["duplicate"]["count"] == 3

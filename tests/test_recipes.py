@@ -99,8 +99,7 @@ def test_missing_datasets_package_is_a_clear_error(monkeypatch) -> None:
 def test_cli_wmt14_from_raw_text(tmp_path: Path, capsys) -> None:
     task, train = wmt14.task("en-fr"), rows(150, tgt="fr")
     raw = wmt14.fetch(task, tmp_path / "raw", train_rows=train, files=fake_test_sets(tmp_path))
-    args = ["prepare", "wmt14-en-fr", "--from", str(raw), "--out", str(tmp_path / "out"),
-            "--skip-filter", "language"]  # the made-up French is no French  # fmt: skip
+    args = ["prepare", "wmt14-en-fr", "--from", str(raw), "--out", str(tmp_path / "out")]
     assert main([*args, "--vocab-size", "300", "--workers", "1", "--quiet"]) == 0
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert (manifest["src_lang"], manifest["tgt_lang"]) == ("en", "fr")

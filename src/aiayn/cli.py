@@ -141,7 +141,8 @@ def _add_cleaning(p: argparse.ArgumentParser) -> None:
     clean = CleanOptions()
     g = p.add_argument_group("cleaning of the training pairs (docs/cleaning.md)")
     g.add_argument("--skip-filter", action="append", default=[], metavar="NAME[,NAME]",
-                   help=f"do not run these filters ({', '.join(CLEANING)}; or all)")
+                   help=f"do not run these filters ({', '.join(CLEANING)}; all; none: run "
+                   "every one, also for a recipe, which does not clean by default)")
     g.add_argument("--max-char-ratio", type=float, metavar="R",
                    help=f"char_ratio: longer side / shorter, in characters ({clean.max_char_ratio})")
     g.add_argument("--min-letter-share", type=float, metavar="F",
@@ -154,13 +155,17 @@ def _add_cleaning(p: argparse.ArgumentParser) -> None:
                    help="go on when one filter removes more than half the pairs")
 
 
-def _clean_options(args: argparse.Namespace) -> CleanOptions:
-    """The CleanOptions the cleaning flags ask for."""
-    skip = [name for value in args.skip_filter for name in value.split(",") if name]
-    skip = list(CLEANING) if "all" in skip else skip
+def _clean_options(args: argparse.Namespace) -> CleanOptions | None:
+    """The CleanOptions the cleaning flags ask for; None if no flag is given (then a recipe
+    keeps its own: the standard corpora are not cleaned)."""
     numbers = {"max_char_ratio": args.max_char_ratio, "min_letter_share": args.min_letter_share}
-    return CleanOptions(skip=tuple(skip), allow_heavy=args.allow_heavy_filtering,
-                        **{k: v for k, v in numbers.items() if v is not None})  # fmt: skip
+    numbers = {k: v for k, v in numbers.items() if v is not None}
+    if not (args.skip_filter or numbers or args.allow_heavy_filtering):
+        return None
+    skip = [name for value in args.skip_filter for name in value.split(",") if name != "none"]
+    skip = list(CLEANING) if "all" in skip else skip
+    return CleanOptions(skip=tuple(filter(None, skip)), allow_heavy=args.allow_heavy_filtering,
+                        **numbers)  # fmt: skip
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
@@ -173,7 +178,7 @@ def _run_prepare(args: argparse.Namespace) -> int:
                "vocab_from": args.vocab_from, "removed": args.removed}  # fmt: skip
     changes = {key: value for key, value in options.items() if value is not None}
     clean = _clean_options(args)
-    if clean != CleanOptions():  # else the recipe's own (the parsing recipe cleans nothing)
+    if clean is not None:  # else the defaults, or a recipe's own (which do not clean)
         changes["clean"] = clean
     if args.dry_run:
         changes["dry_run"] = True
