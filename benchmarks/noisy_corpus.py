@@ -169,9 +169,10 @@ def train_and_score(data: Path, out: Path, seed: int, updates: int, overrides: l
                     dev: tuple, test: tuple) -> dict:  # fmt: skip
     """One training of `updates` updates (configs/multi30k.yaml); its last checkpoint's
     dev and test scores."""
-    config = apply_overrides(load_config(str(ROOT / "configs" / "multi30k.yaml")), [
-        f"data.dir={data}", f"train.out_dir={out}", f"train.max_steps={updates}",
-        "train.max_time_minutes=0", f"train.seed={seed}", f"data.seed={seed}", *overrides])  # fmt: skip
+    budget = [f"data.dir={data}", f"train.out_dir={out}", f"train.max_steps={updates}",
+              "train.max_time_minutes=0", f"train.seed={seed}", f"data.seed={seed}"]
+    config = apply_overrides(load_config(str(ROOT / "configs" / "multi30k.yaml")),
+                             [*budget, *overrides])  # fmt: skip
     start = time.monotonic()
     result = train(config)
     minutes = round((time.monotonic() - start) / 60, 1)
@@ -186,7 +187,8 @@ def summary(runs: dict) -> dict:
     for name, run in runs.items():
         tests = [r["test"]["bleu"] for r in run["seeds"]]
         devs = [r["dev"]["bleu"] for r in run["seeds"]]
-        means[name] = {"dev": round(sum(devs) / len(devs), 2), "test": round(sum(tests) / len(tests), 2)}
+        means[name] = {"dev": round(sum(devs) / len(devs), 2),
+                       "test": round(sum(tests) / len(tests), 2)}
         spread = max(spread, max(tests) - min(tests))
     gaps = {f"{name}_minus_clean": round(means[name]["test"] - means["clean"]["test"], 2)
             for name in ("noisy", "cleaned")}  # fmt: skip

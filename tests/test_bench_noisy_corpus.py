@@ -44,7 +44,8 @@ def test_noise_is_added_in_the_shares_and_labels_it_says() -> None:
             whole = next(p for p in clean if src in p or tgt in p)
             cut = min((src, tgt), key=lambda side: len(side.split()))
             longer = whole[0] if whole[0].startswith(cut) else whole[1]
-            assert 0.2 * len(longer.split()) - 1 <= len(cut.split()) <= 0.4 * len(longer.split()) + 1
+            n = len(longer.split())
+            assert 0.2 * n - 1 <= len(cut.split()) <= 0.4 * n + 1
 
 
 def test_filter_scores_count_precision_and_recall_from_the_removed_lines() -> None:
@@ -92,7 +93,8 @@ def test_the_benchmark_scores_filters_and_three_trainings(tmp_path, monkeypatch)
     assert runs["cleaned"]["pairs"] == 429 - removed
     for run in runs.values():
         (seed,) = run["seeds"]
-        assert seed["steps"] == 3 and {"bleu", "signature"} <= seed["dev"].keys() & seed["test"].keys()
+        assert seed["steps"] == 3
+        assert {"bleu", "signature"} <= seed["dev"].keys() & seed["test"].keys()
     summary = result["summary"]
     assert summary["seed_spread_test"] is None  # one seed: no spread to compare with
     gap = summary["mean_bleu"]["noisy"]["test"] - summary["mean_bleu"]["clean"]["test"]

@@ -154,7 +154,8 @@ def test_allow_heavy_filtering_goes_on(tmp_path):
     allow = PrepareOptions(vocab_size=600, workers=1, quiet=True,
                            clean=CleanOptions(allow_heavy=True))  # fmt: skip
     manifest = prepare(**common, options=allow)
-    assert manifest["splits"]["train"]["pairs"] == 100 and manifest["cleaning"]["heavy"] == ["markup"]
+    assert manifest["splits"]["train"]["pairs"] == 100
+    assert manifest["cleaning"]["heavy"] == ["markup"]
 
 
 def test_a_heavy_filter_stops_early_without_reading_on(tmp_path, monkeypatch):

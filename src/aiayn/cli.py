@@ -144,7 +144,7 @@ def _add_cleaning(p: argparse.ArgumentParser) -> None:
                    help=f"do not run these filters ({', '.join(CLEANING)}; all; none: run "
                    "every one, also for a recipe, which does not clean by default)")
     g.add_argument("--max-char-ratio", type=float, metavar="R",
-                   help=f"char_ratio: longer side / shorter, in characters ({clean.max_char_ratio})")
+                   help=f"char_ratio: longer side / shorter in characters ({clean.max_char_ratio})")
     g.add_argument("--min-letter-share", type=float, metavar="F",
                    help=f"chars: letters among a side's characters ({clean.min_letter_share})")
     g.add_argument("--dry-run", action="store_true",

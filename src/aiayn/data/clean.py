@@ -55,7 +55,7 @@ from aiayn.data.language import (
     identifiable,
     scripts_of,
 )
-from aiayn.data.prepare_options import FILTERS, CleanOptions
+from aiayn.data.prepare_options import CleanOptions
 
 Pair = tuple[str, str]
 
@@ -130,7 +130,8 @@ class PairFilter:
 
     def __post_init__(self) -> None:
         self._sides = (self._side(self.src), self._side(self.tgt))
-        dense = any(DENSE_SCRIPTS.intersection(scripts_of(lang) or ()) for lang in (self.src, self.tgt))
+        scripts = [scripts_of(lang) or () for lang in (self.src, self.tgt)]
+        dense = any(DENSE_SCRIPTS.intersection(s) for s in scripts)
         self._char_ratio = self.options.runs("char_ratio") and not dense
         if self.options.runs("char_ratio") and dense:
             self.notes.append("char_ratio: not run, characters of "
@@ -179,9 +180,10 @@ class PairFilter:
         reasons = [r if r is not None else self.reason(src, tgt)
                    for (src, tgt), r in zip(chunk, reasons or [None] * len(chunk))]  # fmt: skip
         hashes = np.zeros((2, len(chunk)), np.uint64)
-        for i, ((src, tgt), reason) in enumerate(zip(chunk, reasons)):
-            if reason != "empty":
-                hashes[:, i] = pair_hashes(src, tgt)
+        if self.options.runs("duplicate") or self.options.runs("near_duplicate"):
+            for i, ((src, tgt), reason) in enumerate(zip(chunk, reasons)):
+                if reason != "empty":
+                    hashes[:, i] = pair_hashes(src, tgt)
         return Verdicts(reasons, hashes[0], hashes[1])
 
 

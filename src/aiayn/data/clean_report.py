@@ -14,7 +14,8 @@ from dataclasses import asdict
 
 import numpy as np
 
-from aiayn.data.clean import FILTERS, Deduplicator, Pair, PairFilter, Verdicts
+from aiayn.data.clean import Deduplicator, Pair, PairFilter, Verdicts
+from aiayn.data.prepare_options import FILTERS
 from aiayn.errors import DataError
 from aiayn.outfile import AtomicOutput
 

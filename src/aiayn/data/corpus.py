@@ -2,8 +2,8 @@
 
 A corpus is either two aligned files, `PREFIX.<src>` and `PREFIX.<tgt>` (each optionally
 gzip-compressed as `PREFIX.<lang>.gz`), one sentence a line, one TSV file whose two
-columns are the source and the target, or one TMX file (`data/tmx.py`). Everything here *streams*: a 36M-pair WMT corpus
-never sits in memory, so every check happens line by line as the pairs go past.
+columns are the source and the target, or one TMX file (`data/tmx.py`). Everything here
+*streams*: a 36M-pair WMT corpus never sits in memory, so every check happens line by line as the pairs go past.
 
 Why the checks are strict: a misaligned or mis-encoded corpus trains a model that is
 silently bad. So each problem raises `DataError` naming the file (and the line) at fault:

@@ -5,10 +5,10 @@ Language identification is py3langid's (a maintained fork of langid.py: Lui and 
 "langid.py: An Off-the-shelf Language Identification Tool", ACL 2012; also OpusFilter's
 default identifier). Why this one: its model ships inside the package (an npz array file,
 loaded without pickle, so nothing is fetched at run time and nothing unsafe is loaded), it
-needs only NumPy, it covers about a hundred languages, and on short sentences such as image captions it
-mislabels fewer lines than CLD2 (pycld2) and lingua's fast mode. lingua's accurate mode is
-as good but much slower and a 96 MB wheel; CLD2 is faster but mislabels more
-short German lines. docs/cleaning.md gives the measured figures.
+needs only NumPy, it covers about a hundred languages, and on short sentences such as image
+captions it mislabels fewer lines than CLD2 (pycld2) and lingua's fast mode. lingua's
+accurate mode is as good but much slower and a 96 MB wheel; CLD2 is faster but mislabels
+more short German lines. docs/cleaning.md gives the measured figures.
 
 A line is judged to be in another language only when the identifier is *confident*: its
 best guess is another language and that language is at least `ratio` times as probable as

@@ -28,7 +28,8 @@ def prepare_any(
     if recipe == "parse":
         from aiayn.parsing import prepare as parsing
 
-        if train is None or valid is None or tsv or tmx or from_dir or "src" in changes or "tgt" in changes:
+        languages = "src" in changes or "tgt" in changes
+        if train is None or valid is None or tsv or tmx or from_dir or languages:
             raise ConfigError("parse: give --train TREES --valid TREES [--test TREES] only")
         options = replace(parsing.OPTIONS, **changes)
         parsing.prepare_parse(train=train, valid=valid, test=test, out=out, options=options)
