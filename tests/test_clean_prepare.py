@@ -114,6 +114,13 @@ def test_dry_run_reports_and_writes_nothing_but_the_removed_file(corpus, capsys)
     assert {int(row.split("\t")[0]) for row in rows} == set(expected)
 
 
+def test_a_removed_file_that_cannot_be_written_fails_before_any_work(corpus, capsys):
+    root, _ = corpus
+    assert main(args(root, "--removed", str(root / "no" / "such" / "removed.tsv"))) == 2
+    assert "no such directory for the removed pairs" in capsys.readouterr().err
+    assert not (root / "out").exists()
+
+
 def test_skipped_filters_do_not_run_and_the_thresholds_reach_them(corpus):
     root, expected = corpus
     skip = ["--skip-filter", "copy,markup", "--skip-filter", "language"]

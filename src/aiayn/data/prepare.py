@@ -71,6 +71,8 @@ def prepare(
     """
     out, o = Path(out), options
     splits = _resolve_splits(train, tsv, tmx, valid, test, o.src, o.tgt)
+    if o.removed is not None and not Path(o.removed).resolve().parent.is_dir():
+        raise DataError(f"{o.removed}: no such directory for the removed pairs")  # fail early
     if o.dry_run:
         return dry_run(splits["train"], o)
     length_filter = LengthFilter(max_tokens=o.max_tokens_per_side, max_ratio=o.max_len_ratio)
