@@ -9,7 +9,7 @@ import inspect
 import pytest
 
 from aiayn.data.prepare import prepare
-from aiayn.data.prepare_options import PrepareOptions
+from aiayn.data.prepare_options import NO_CLEANING, PrepareOptions
 from aiayn.errors import ConfigError
 from aiayn.recipes import multi30k, wmt14
 
@@ -35,7 +35,9 @@ def test_each_default_is_written_once():
     defaults = {p.default for p in inspect.signature(prepare).parameters.values()}
     assert defaults <= {None, inspect.Parameter.empty}
     # the recipes start from the dataclass and change only what they must
-    assert multi30k.OPTIONS == PrepareOptions(vocab_size=8000)
+    # the standard corpora as published: no cleaning (data/clean.py)
+    assert multi30k.OPTIONS == PrepareOptions(vocab_size=8000, clean=NO_CLEANING)
     assert wmt14.task("en-de").options == PrepareOptions(  # the paper's BPE, fairseq's filter
-        vocab_size=37000, src="en", tgt="de", max_tokens_per_side=250, max_len_ratio=1.5
+        vocab_size=37000, src="en", tgt="de", max_tokens_per_side=250, max_len_ratio=1.5,
+        clean=NO_CLEANING,
     )

@@ -13,7 +13,7 @@ import signal
 import sys
 import warnings
 
-from aiayn.data.prepare_options import default
+from aiayn.data.prepare_options import CLEANING, CleanOptions, default
 from aiayn.errors import AiaynError, ConfigError, out_of_memory_message
 
 
@@ -110,6 +110,8 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     train = p.add_mutually_exclusive_group()
     train.add_argument("--train", metavar="PREFIX", help="PREFIX.SRC + PREFIX.TGT (or .gz), or a .tsv")
     train.add_argument("--tsv", metavar="FILE", help="training pairs as one two-column TSV")
+    train.add_argument("--tmx", metavar="FILE", help="training pairs as one TMX file "
+                       "(.tmx or .tmx.gz, as OPUS serves them; sides by their xml:lang)")
     p.add_argument("--valid", metavar="PREFIX", help="validation pairs (never filtered)")
     p.add_argument("--test", metavar="PREFIX", help="test pairs (never filtered)")
     p.add_argument("--src", help=f"source language suffix (default: {default('src')})")
@@ -128,9 +130,42 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, help=f"seed of the vocabulary sample ({default('seed')})")
     p.add_argument("--vocab-from", metavar="CKPT",
                    help="encode with checkpoint CKPT's vocabulary, no new BPE (fine-tuning)")
+    _add_cleaning(p)
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--quiet", action="store_true", help="no progress bars, no report")
     p.set_defaults(run=_run_prepare)
+
+
+def _add_cleaning(p: argparse.ArgumentParser) -> None:
+    """`prepare`'s options for cleaning the training pairs (aiayn.data.clean)."""
+    clean = CleanOptions()
+    g = p.add_argument_group("cleaning of the training pairs (docs/cleaning.md)")
+    g.add_argument("--skip-filter", action="append", default=[], metavar="NAME[,NAME]",
+                   help=f"do not run these filters ({', '.join(CLEANING)}; all; none: run "
+                   "every one, also for a recipe, which does not clean by default)")
+    g.add_argument("--max-char-ratio", type=float, metavar="R",
+                   help=f"char_ratio: longer side / shorter in characters ({clean.max_char_ratio})")
+    g.add_argument("--min-letter-share", type=float, metavar="F",
+                   help=f"chars: letters among a side's characters ({clean.min_letter_share})")
+    g.add_argument("--dry-run", action="store_true",
+                   help="clean the training pairs and print the report; write no directory")
+    g.add_argument("--removed", metavar="FILE",
+                   help="write every removed pair as TSV: line, filter, source, target")
+    g.add_argument("--allow-heavy-filtering", action="store_true",
+                   help="go on when one filter removes more than half the pairs")
+
+
+def _clean_options(args: argparse.Namespace) -> CleanOptions | None:
+    """The CleanOptions the cleaning flags ask for; None if no flag is given (then a recipe
+    keeps its own: the standard corpora are not cleaned)."""
+    numbers = {"max_char_ratio": args.max_char_ratio, "min_letter_share": args.min_letter_share}
+    numbers = {k: v for k, v in numbers.items() if v is not None}
+    if not (args.skip_filter or numbers or args.allow_heavy_filtering):
+        return None
+    skip = [name for value in args.skip_filter for name in value.split(",") if name != "none"]
+    skip = list(CLEANING) if "all" in skip else skip
+    return CleanOptions(skip=tuple(filter(None, skip)), allow_heavy=args.allow_heavy_filtering,
+                        **numbers)  # fmt: skip
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
@@ -140,13 +175,18 @@ def _run_prepare(args: argparse.Namespace) -> int:
                "max_tokens_per_side": args.max_tokens_per_side, "max_len_ratio": args.max_len_ratio,
                "workers": args.workers, "vocab_sample_sentences": args.vocab_sample,
                "seed": args.seed, "joint_vocab": False if args.separate_vocabs else None,
-               "vocab_from": args.vocab_from}  # fmt: skip
+               "vocab_from": args.vocab_from, "removed": args.removed}  # fmt: skip
     changes = {key: value for key, value in options.items() if value is not None}
+    clean = _clean_options(args)
+    if clean is not None:  # else the defaults, or a recipe's own (which do not clean)
+        changes["clean"] = clean
+    if args.dry_run:
+        changes["dry_run"] = True
     if args.vocab_from is not None:  # the checkpoint's vocabulary, not a recipe's size
         changes["vocab_size"] = args.vocab_size
     prepare_any(args.recipe, args.out, {**changes, "overwrite": args.force, "quiet": args.quiet},
                 train=args.train, valid=args.valid, test=args.test, tsv=args.tsv,
-                from_dir=args.from_dir)  # fmt: skip
+                tmx=args.tmx, from_dir=args.from_dir)  # fmt: skip
     return 0
 
 

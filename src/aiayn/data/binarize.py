@@ -30,6 +30,8 @@ from typing import BinaryIO
 
 import numpy as np
 
+from aiayn.data.clean import PairFilter, Verdicts
+from aiayn.data.clean_report import Cleaning
 from aiayn.data.corpus import FilterStats, LengthFilter
 from aiayn.data.marian_vocab import load_vocab, vocab_from_bytes
 from aiayn.data.vocab import Vocab
@@ -58,40 +60,63 @@ def side_paths(data_dir: str | Path, split: str, side: str) -> tuple[Path, Path]
 # --- encoding, in worker processes ------------------------------------------------------
 @dataclass
 class _Encoded:
-    """One chunk's output: concatenated tokens and lengths per side, and what was filtered."""
+    """One chunk's output: concatenated tokens and lengths per side, and what was filtered
+    (with cleaning, each pair's verdict instead: see `clean.Verdicts`)."""
 
     tokens: dict[str, np.ndarray]
     lengths: dict[str, np.ndarray]
     dropped: dict[str, int] = field(default_factory=dict)
+    verdicts: Verdicts | None = None
 
 
 class _ChunkEncoder:
-    """Encodes a chunk of pairs and applies the length filter; picklable via its model bytes."""
+    """Cleans a chunk of pairs (`pair_filter`, training data), encodes the rest and applies
+    the length filter; picklable via its model bytes. Without vocabularies (a dry run of
+    the cleaning) it only judges."""
 
     def __init__(
-        self, src_vocab: Vocab, tgt_vocab: Vocab, length_filter: LengthFilter, dtype: np.dtype
-    ) -> None:
+        self, src_vocab: Vocab | None, tgt_vocab: Vocab | None, length_filter: LengthFilter,
+        dtype: np.dtype, pair_filter: PairFilter | None = None,
+    ) -> None:  # fmt: skip
         self.vocabs = {"src": src_vocab, "tgt": tgt_vocab}
         self.length_filter = length_filter
         self.dtype = dtype
+        self.pair_filter = pair_filter
 
     def __call__(self, chunk: list[Pair]) -> _Encoded:
-        src_ids = self.vocabs["src"].encode_batch([s for s, _ in chunk])
-        tgt_ids = self.vocabs["tgt"].encode_batch([t for _, t in chunk])
-        kept: dict[str, list[list[int]]] = {"src": [], "tgt": []}
+        reasons: list[str | None] = [None] * len(chunk)
+        if self.pair_filter is not None:  # training: empty pairs are neither encoded nor kept
+            reasons = ["empty" if not (s.strip() and t.strip()) else None for s, t in chunk]
+        ids = self._encode(chunk, reasons) if self.vocabs["src"] is not None else None
         dropped: dict[str, int] = {}
-        for src, tgt in zip(src_ids, tgt_ids):
-            reason = self.length_filter.reason(len(src), len(tgt))
-            if reason is not None:
-                dropped[reason] = dropped.get(reason, 0) + 1
-                continue
-            kept["src"].append(src)
-            kept["tgt"].append(tgt)
+        for reason in filter(None, reasons):
+            dropped[reason] = dropped.get(reason, 0) + 1
+        verdicts = None
+        if self.pair_filter is not None:  # the cleaning, on the pairs still kept
+            verdicts = self.pair_filter.judge(chunk, reasons)
+            reasons = verdicts.reasons
+        kept = {side: [ids[side][i] for i, r in enumerate(reasons) if r is None] if ids else []
+                for side in SIDES}  # fmt: skip
         return _Encoded(
             tokens={side: _flatten(kept[side], self.dtype) for side in SIDES},
             lengths={side: np.fromiter(map(len, kept[side]), np.int64) for side in SIDES},
             dropped=dropped,
+            verdicts=verdicts,
         )
+
+    def _encode(self, chunk: list[Pair], reasons: list[str | None]) -> dict[str, list]:
+        """Each side's token ids of the pairs whose reason is None (else None), setting the
+        reason of those the length filter drops ("too_long", "ratio"). A runaway line is
+        dropped here, before the cleaning filters spend time on it."""
+        rows = [i for i, r in enumerate(reasons) if r is None]
+        ids: dict[str, list] = {side: [None] * len(chunk) for side in SIDES}
+        for side, vocab, k in (("src", self.vocabs["src"], 0), ("tgt", self.vocabs["tgt"], 1)):
+            encoded = vocab.encode_batch([chunk[i][k] for i in rows])  # type: ignore[union-attr]
+            for i, seq in zip(rows, encoded):
+                ids[side][i] = seq
+        for i in rows:
+            reasons[i] = self.length_filter.reason(len(ids["src"][i]), len(ids["tgt"][i]))
+        return ids
 
 
 def _flatten(seqs: list[list[int]], dtype: np.dtype) -> np.ndarray:
@@ -105,10 +130,11 @@ def _flatten(seqs: list[list[int]], dtype: np.dtype) -> np.ndarray:
 _WORKER: dict[str, _ChunkEncoder] = {}
 
 
-def _init_worker(src_bytes: bytes, tgt_bytes: bytes, lf: LengthFilter, dtype: str) -> None:
-    src = vocab_from_bytes(src_bytes)
-    tgt = src if tgt_bytes == src_bytes else vocab_from_bytes(tgt_bytes)
-    _WORKER["encoder"] = _ChunkEncoder(src, tgt, lf, np.dtype(dtype))
+def _init_worker(src_bytes: bytes | None, tgt_bytes: bytes | None, lf: LengthFilter,
+                 dtype: str, pair_filter: PairFilter | None) -> None:  # fmt: skip
+    src = vocab_from_bytes(src_bytes) if src_bytes is not None else None
+    tgt = src if tgt_bytes == src_bytes else vocab_from_bytes(tgt_bytes)  # type: ignore[arg-type]
+    _WORKER["encoder"] = _ChunkEncoder(src, tgt, lf, np.dtype(dtype), pair_filter)
 
 
 def _encode_in_worker(chunk: list[Pair]) -> _Encoded:
@@ -123,8 +149,8 @@ def _chunks(pairs: Iterable[Pair], size: int) -> Iterator[list[Pair]]:
 
 def _encode_stream(
     chunks: Iterator[list[Pair]], encoder: _ChunkEncoder, workers: int
-) -> Iterator[tuple[int, _Encoded]]:
-    """(chunk length, encoded chunk) in input order, with at most `4 * workers` chunks in flight.
+) -> Iterator[tuple[list[Pair], _Encoded]]:
+    """(chunk, encoded chunk) in input order, with at most `4 * workers` chunks in flight.
 
     A split of one chunk is encoded in this process: starting workers would cost more.
     """
@@ -132,26 +158,27 @@ def _encode_stream(
     chunks = chain(first, chunks)
     if workers <= 1 or len(first) < 2:
         for chunk in chunks:
-            yield len(chunk), encoder(chunk)
+            yield chunk, encoder(chunk)
         return
     vocabs = encoder.vocabs
     initargs = (
-        vocabs["src"].model_bytes,
-        vocabs["tgt"].model_bytes,
+        vocabs["src"].model_bytes if vocabs["src"] is not None else None,
+        vocabs["tgt"].model_bytes if vocabs["tgt"] is not None else None,
         encoder.length_filter,
         encoder.dtype.str,
+        encoder.pair_filter,
     )
     # spawn, not fork: the parent may hold threads (tqdm, torch) that fork would copy mid-lock.
     with mp.get_context("spawn").Pool(workers, _init_worker, initargs) as pool:
         pending: deque = deque()
         for chunk in chunks:
-            pending.append((len(chunk), pool.apply_async(_encode_in_worker, (chunk,))))
+            pending.append((chunk, pool.apply_async(_encode_in_worker, (chunk,))))
             if len(pending) >= 4 * workers:
-                n, result = pending.popleft()
-                yield n, result.get()
+                chunk, result = pending.popleft()
+                yield chunk, result.get()
         while pending:
-            n, result = pending.popleft()
-            yield n, result.get()
+            chunk, result = pending.popleft()
+            yield chunk, result.get()
 
 
 # --- writing ----------------------------------------------------------------------------
@@ -186,36 +213,71 @@ def binarize_split(
     tgt_vocab: Vocab,
     *,
     length_filter: LengthFilter = LengthFilter(),
+    cleaning: Cleaning | None = None,
     workers: int = 1,
     chunk_size: int = 2000,
     progress: Callable[[int], None] | None = None,
 ) -> dict:
     """Encode `pairs` into `data_dir/{split}.{src,tgt}.{bin,idx}`; return the split's counts.
 
-    Pairs the `length_filter` rejects are counted by reason under "dropped". `progress` is
-    called with the number of pairs in each chunk done (e.g. a tqdm's `update`).
+    Pairs the `length_filter` rejects are counted by reason under "dropped"; with `cleaning`
+    (training data) its filters run first, in the same workers, and "dropped" holds every
+    filter's count. `progress` is called with the number of pairs in each chunk done
+    (e.g. a tqdm's `update`).
     """
     dtype = token_dtype(max(src_vocab.size, tgt_vocab.size))
-    encoder = _ChunkEncoder(src_vocab, tgt_vocab, length_filter, dtype)
+    pair_filter = cleaning.pair_filter if cleaning is not None else None
+    encoder = _ChunkEncoder(src_vocab, tgt_vocab, length_filter, dtype, pair_filter)
     writers = {side: _SideWriter(Path(data_dir), split, side) for side in SIDES}
     stats = FilterStats()
     try:
-        for n_pairs, encoded in _encode_stream(_chunks(pairs, chunk_size), encoder, workers):
+        for chunk, encoded in _encode_stream(_chunks(pairs, chunk_size), encoder, workers):
+            if cleaning is not None:
+                assert encoded.verdicts is not None
+                _select(encoded, cleaning.settle(chunk, encoded.verdicts))
             for side in SIDES:
                 writers[side].append(encoded.tokens[side], encoded.lengths[side])
             stats.kept += len(encoded.lengths["src"])
             for reason, count in encoded.dropped.items():
                 stats.drop(reason, count)
             if progress is not None:
-                progress(n_pairs)
+                progress(len(chunk))
     finally:
         for writer in writers.values():
             writer.close()
-    result = {"pairs": stats.kept, "dropped": stats.dropped}
+    dropped = dict(cleaning.counts) if cleaning is not None else stats.dropped
+    result = {"pairs": stats.kept, "dropped": dropped}
     for side in SIDES:
         result[f"{side}_tokens"] = writers[side].total
         result[f"{side}_max_len"] = writers[side].max_len
     return result
+
+
+def _select(encoded: _Encoded, keep: np.ndarray) -> None:
+    """Keep only the encoded pairs where `keep` (one bool per encoded pair) is True."""
+    for side in SIDES:
+        lengths = encoded.lengths[side]
+        encoded.tokens[side] = encoded.tokens[side][np.repeat(keep, lengths)]
+        encoded.lengths[side] = lengths[keep]
+
+
+def clean_split(
+    pairs: Iterable[Pair],
+    cleaning: Cleaning,
+    *,
+    workers: int = 1,
+    chunk_size: int = 2000,
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """Judge every pair as `binarize_split` would with `cleaning`, encoding and writing
+    nothing (`prepare --dry-run`): the token-length filters, which need the vocabulary,
+    do not run."""
+    encoder = _ChunkEncoder(None, None, LengthFilter(), np.dtype(np.uint16), cleaning.pair_filter)
+    for chunk, encoded in _encode_stream(_chunks(pairs, chunk_size), encoder, workers):
+        assert encoded.verdicts is not None
+        cleaning.settle(chunk, encoded.verdicts)
+        if progress is not None:
+            progress(len(chunk))
 
 
 # --- reading ----------------------------------------------------------------------------

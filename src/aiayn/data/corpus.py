@@ -1,9 +1,9 @@
 """Reading parallel text: the first stage of the data flow (corpus -> vocab -> shards -> batches).
 
 A corpus is either two aligned files, `PREFIX.<src>` and `PREFIX.<tgt>` (each optionally
-gzip-compressed as `PREFIX.<lang>.gz`), one sentence a line, or one TSV file whose two
-columns are the source and the target. Everything here *streams*: a 36M-pair WMT corpus
-never sits in memory, so every check happens line by line as the pairs go past.
+gzip-compressed as `PREFIX.<lang>.gz`), one sentence a line, one TSV file whose two
+columns are the source and the target, or one TMX file (`data/tmx.py`). Everything here
+*streams*: a 36M-pair WMT corpus never sits in memory, so every check happens line by line as the pairs go past.
 
 Why the checks are strict: a misaligned or mis-encoded corpus trains a model that is
 silently bad. So each problem raises `DataError` naming the file (and the line) at fault:
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+from aiayn.data.tmx import read_tmx
 from aiayn.errors import DataError
 
 _BOM = b"\xef\xbb\xbf"
@@ -33,16 +34,20 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 @dataclass(frozen=True)
 class ParallelFiles:
-    """Where one split's pairs live: two aligned files, or one two-column TSV (`tsv`)."""
+    """Where one split's pairs live: two aligned files, one two-column TSV (`tsv`), or one
+    TMX file (`tmx`) whose segments in languages `langs` (source, target) are read."""
 
     src: Path | None = None
     tgt: Path | None = None
     tsv: Path | None = None
+    tmx: Path | None = None
+    langs: tuple[str, str] | None = None
 
     @property
     def paths(self) -> list[Path]:
         """The files read, in order (for checksums and messages)."""
-        return [self.tsv] if self.tsv is not None else [p for p in (self.src, self.tgt) if p]
+        one = self.tsv or self.tmx
+        return [one] if one is not None else [p for p in (self.src, self.tgt) if p]
 
 
 @dataclass
@@ -103,15 +108,19 @@ def find_side(prefix: str | Path, lang: str) -> Path:
     raise DataError(f"{plain}: no such file (nor {gz.name})")
 
 
-def resolve_split(spec: str | Path, src: str, tgt: str, tsv: bool = False) -> ParallelFiles:
-    """A split given as a prefix (`data/train` -> train.en + train.de) or a TSV file: one
-    named `.tsv[.gz]`, or any with `tsv` (`prepare --tsv`, whatever the file is called)."""
+def resolve_split(
+    spec: str | Path, src: str, tgt: str, tsv: bool = False, tmx: bool = False
+) -> ParallelFiles:
+    """A split given as a prefix (`data/train` -> train.en + train.de), a TSV file (one
+    named `.tsv[.gz]`, or any with `tsv`: `prepare --tsv`, whatever the file is called) or a
+    TMX file (named `.tmx[.gz]`, or any with `tmx`)."""
     name = str(spec)
-    if tsv or name.lower().endswith((".tsv", ".tsv.gz")):
+    is_tmx = tmx or name.lower().endswith((".tmx", ".tmx.gz"))
+    if tsv or is_tmx or name.lower().endswith((".tsv", ".tsv.gz")):
         path = Path(name)
         if not path.is_file():
             raise DataError(f"{path}: no such file")
-        return ParallelFiles(tsv=path)
+        return ParallelFiles(tmx=path, langs=(src, tgt)) if is_tmx else ParallelFiles(tsv=path)
     return ParallelFiles(src=find_side(spec, src), tgt=find_side(spec, tgt))
 
 
@@ -175,6 +184,9 @@ def read_pairs(files: ParallelFiles) -> Iterator[tuple[str, str]]:
     if files.tsv is not None:
         yield from _read_tsv(files.tsv)
         return
+    if files.tmx is not None:
+        yield from _read_tmx(files.tmx, *(files.langs or ("", "")))
+        return
     assert files.src is not None and files.tgt is not None
     src_lines, tgt_lines = read_lines(files.src), read_lines(files.tgt)
     count = 0
@@ -195,6 +207,14 @@ def _raise_mismatch(src: Path, n_src: int, tgt: Path, n_tgt: int) -> None:
         f"{src} has {n_src} lines but {tgt} has {n_tgt}: the two sides must be line-aligned "
         f"(first unmatched line: {min(n_src, n_tgt) + 1})"
     )
+
+
+def _read_tmx(path: Path, src: str, tgt: str) -> Iterator[tuple[str, str]]:
+    with _open_binary(path) as handle:
+        try:
+            yield from read_tmx(handle, path, src, tgt)
+        except (OSError, EOFError, zlib.error) as err:  # truncated or corrupt gzip stream
+            raise DataError(f"{path}: cannot read: {err}") from err
 
 
 def _read_tsv(path: Path) -> Iterator[tuple[str, str]]:

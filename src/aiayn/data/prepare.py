@@ -3,7 +3,8 @@
 The output directory holds everything training needs and nothing it must recompute:
 
     OUT/
-      manifest.json                  counts, filters, vocabulary hashes, source checksums
+      manifest.json                  counts, filters, vocabulary hashes, source checksums,
+                                     what cleaning removed from the training pairs
       vocab.model, vocab.json        joint BPE (or vocab.<src>.* and vocab.<tgt>.* if separate),
                                      or with --vocab-from a checkpoint's (vocab.<lang>.marian:
                                      a MarianMT vocabulary's two sides)
@@ -11,6 +12,9 @@ The output directory holds everything training needs and nothing it must recompu
 
 It is written to a temporary sibling directory and renamed into place only when complete,
 so an error (a bad line in the last file, Ctrl-C) never leaves a partial OUT behind.
+
+The training pairs are cleaned (data/clean.py: duplicates, copies, wrong language, ...) in
+the same streaming, multi-process pass that encodes them; valid and test are never filtered.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from tqdm import tqdm
 
 from aiayn import __version__
 from aiayn.data import binarize as bz
+from aiayn.data.clean import PairFilter
+from aiayn.data.clean_report import RUN_ALWAYS, Cleaning, format_cleaning
 from aiayn.data.corpus import (
     FilterStats,
     LengthFilter,
@@ -50,18 +56,25 @@ def prepare(
     valid: str | Path,
     test: str | Path | None = None,
     tsv: str | Path | None = None,
+    tmx: str | Path | None = None,
     out: str | Path,
     options: PrepareOptions,
 ) -> dict:
-    """Read, check and filter the corpus, train the BPE vocabulary, binarize every split.
+    """Read, check and clean the corpus, train the BPE vocabulary, binarize every split.
 
-    `train`/`valid`/`test` are prefixes (PREFIX.src + PREFIX.tgt, plain or .gz) or .tsv
-    files; `tsv` gives the training pairs as one TSV instead of `train`. The length filters
-    (subword tokens per side; longer/shorter ratio) apply to training data only: valid and
-    test keep every line, so outputs stay aligned with references. Returns the manifest.
+    `train`/`valid`/`test` are prefixes (PREFIX.src + PREFIX.tgt, plain or .gz), .tsv or
+    .tmx files; `tsv` or `tmx` gives the training pairs as one TSV or TMX file instead of
+    `train`. The cleaning and length filters (subword tokens per side; longer/shorter
+    ratio) apply to training data only: valid and test keep every line, so outputs stay
+    aligned with references. Returns the manifest (with `options.dry_run`, only what
+    cleaning would remove, and nothing is written but the `options.removed` file).
     """
     out, o = Path(out), options
-    splits = _resolve_splits(train, tsv, valid, test, o.src, o.tgt)
+    splits = _resolve_splits(train, tsv, tmx, valid, test, o.src, o.tgt)
+    if o.removed is not None and not Path(o.removed).resolve().parent.is_dir():
+        raise DataError(f"{o.removed}: no such directory for the removed pairs")  # fail early
+    if o.dry_run:
+        return dry_run(splits["train"], o)
     length_filter = LengthFilter(max_tokens=o.max_tokens_per_side, max_ratio=o.max_len_ratio)
     threads = cpu_threads(o.workers)
     _check_out(out, o.overwrite, splits)
@@ -100,10 +113,15 @@ def _write_prepared(
         "splits": {},
     }
     for name, files in splits.items():
-        lf = length_filter if name == "train" else LengthFilter()  # keep valid/test aligned
-        manifest["splits"][name] = _binarize(
-            name, files, tmp, (src_vocab, tgt_vocab), lf, threads, options.quiet
-        )
+        if name != "train":  # valid and test keep every line, aligned with references
+            manifest["splits"][name] = _binarize(name, files, tmp, (src_vocab, tgt_vocab),
+                                                 LengthFilter(), threads, options.quiet)
+            continue  # fmt: skip
+        pair_filter = PairFilter(options.clean, options.src, options.tgt)
+        with Cleaning(pair_filter, options.removed) as cleaning:
+            manifest["splits"][name] = _binarize(name, files, tmp, (src_vocab, tgt_vocab),
+                                                 length_filter, threads, options.quiet, cleaning)
+        manifest["cleaning"] = cleaning.as_dict()
     bz.write_manifest(tmp, manifest)
     return manifest
 
@@ -111,17 +129,18 @@ def _write_prepared(
 def _resolve_splits(
     train: str | Path | None,
     tsv: str | Path | None,
+    tmx: str | Path | None,
     valid: str | Path,
     test: str | Path | None,
     src: str,
     tgt: str,
 ) -> dict[str, ParallelFiles]:
     """Find every split's files up front, so a missing one fails before any work is done."""
-    if (train is None) == (tsv is None):
-        raise DataError("give the training data as exactly one of a prefix (train) or a TSV file")
-    train_spec = tsv if tsv is not None else train
-    assert train_spec is not None
-    splits = {"train": resolve_split(train_spec, src, tgt, tsv=tsv is not None)}
+    given = [spec for spec in (train, tsv, tmx) if spec is not None]
+    if len(given) != 1:
+        raise DataError("give the training data as exactly one of a prefix (train), a TSV "
+                        "file or a TMX file")  # fmt: skip
+    splits = {"train": resolve_split(given[0], src, tgt, tsv=tsv is not None, tmx=tmx is not None)}
     splits["valid"] = resolve_split(valid, src, tgt)
     if test is not None:
         splits["test"] = resolve_split(test, src, tgt)
@@ -246,31 +265,54 @@ def _binarize(
     length_filter: LengthFilter,
     workers: int,
     quiet: bool,
+    cleaning: Cleaning | None = None,
 ) -> dict:
-    """Encode one split into shards; return its counts, reasons for drops and file checksums."""
+    """Encode one split into shards (cleaned by `cleaning`, the training split); return its
+    counts, reasons for drops and file checksums."""
     stats = FilterStats()
-    keep = drop_empty if name == "train" else count_empty
+    pairs = read_pairs(files) if cleaning is not None else count_empty(read_pairs(files), stats)
     with tqdm(desc=f"binarize {name}", unit=" pairs", file=sys.stderr, disable=quiet) as bar:
         counts = bz.binarize_split(
-            keep(read_pairs(files), stats),
+            pairs,
             tmp,
             name,
             *vocabs,
             length_filter=length_filter,
+            cleaning=cleaning,
             workers=workers,
             progress=bar.update,
         )
-    if name == "train" and counts["pairs"] == 0:
-        raise DataError(f"{files.paths[0]}: no training pairs left after filtering")
-    dropped = {"empty": stats.dropped.get("empty", 0), "too_long": 0, "ratio": 0}
-    dropped.update(counts.pop("dropped"))
+    if cleaning is not None:
+        cleaning.check_heavy()  # names the filter, which "nothing left" would not
+        if counts["pairs"] == 0:
+            raise DataError(f"{files.paths[0]}: no training pairs left after filtering")
+    # the filters that always run, then those of the cleaning that removed any pair
+    dropped = {k: v for k, v in counts.pop("dropped").items() if v or k in RUN_ALWAYS}
     return {
-        "read": stats.read,
+        "read": cleaning.read if cleaning is not None else stats.read,
         **counts,
-        "dropped": dropped if name == "train" else {},
+        "dropped": dropped if cleaning is not None else {},
         "empty_kept": stats.empty_kept,
         "sources": [{"path": str(p.resolve()), "sha256": file_sha256(p)} for p in files.paths],
     }
+
+
+def dry_run(files: ParallelFiles, options: PrepareOptions) -> dict:
+    """Clean the training pairs as `prepare` would and report what goes (`--dry-run`):
+    nothing is encoded or written but the `options.removed` file. The token-length filters
+    need the vocabulary and do not run. Returns {"src_lang", "tgt_lang", "cleaning"}."""
+    o = options
+    with Cleaning(PairFilter(o.clean, o.src, o.tgt), o.removed, dry_run=True) as cleaning:
+        with tqdm(desc="clean train", unit=" pairs", file=sys.stderr, disable=o.quiet) as bar:
+            bz.clean_split(read_pairs(files), cleaning, workers=cpu_threads(o.workers),
+                           progress=bar.update)  # fmt: skip
+        cleaning.check_heavy()
+    result = {"src_lang": o.src, "tgt_lang": o.tgt, "cleaning": cleaning.as_dict()}
+    if not o.quiet:
+        print(f"dry run of {files.paths[0]} ({o.src}->{o.tgt}): nothing written; the token-"
+              "length filters need the vocabulary and did not run")  # fmt: skip
+        print("\n".join(format_cleaning(result["cleaning"])))
+    return result
 
 
 def format_report(manifest: dict, out: Path | str) -> str:
@@ -293,4 +335,6 @@ def format_report(manifest: dict, out: Path | str) -> str:
         )
         if split["empty_kept"]:
             lines.append(f"    ({split['empty_kept']:,} pairs with an empty side kept, aligned)")
+    if "cleaning" in manifest:
+        lines += format_cleaning(manifest["cleaning"])
     return "\n".join(lines)

@@ -15,6 +15,51 @@ from dataclasses import dataclass, fields
 
 from aiayn.errors import ConfigError
 
+# Every reason a training pair is removed, in the order they are judged and reported
+# (data/clean.py says what each removes).
+FILTERS = ("empty", "duplicate", "near_duplicate", "too_long", "ratio", "copy", "markup",
+           "chars", "script", "language", "char_ratio")  # fmt: skip
+# The cleaning filters that can be skipped (empty and the token filters have their own).
+CLEANING = tuple(f for f in FILTERS if f not in ("empty", "too_long", "ratio"))
+
+
+@dataclass(frozen=True)
+class CleanOptions:
+    """Which cleaning filters run on the training pairs, and their thresholds (each filter
+    is described in data/clean.py; the defaults remove under 0.2% of Multi30k's curated
+    pairs, docs/cleaning.md)."""
+
+    skip: tuple[str, ...] = ()  # names from CLEANING not to run
+    min_copy_words: int = 4  # copy: shorter copies (names, titles) are kept
+    min_letter_share: float = 0.5  # chars: letters among a side's non-space characters
+    min_script_share: float = 0.5  # script: letters in the language's scripts
+    language_ratio: float = 20.0  # language: another language this many times likelier
+    max_char_ratio: float = 2.0  # char_ratio: longer side / shorter side, in characters
+    min_ratio_chars: int = 20  # char_ratio: judged when the longer side has this many
+    allow_heavy: bool = False  # go on when one filter removes over half the pairs
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.skip) - set(CLEANING))
+        if unknown:
+            raise ConfigError(f"no cleaning filter {', '.join(map(repr, unknown))} (the "
+                              f"filters: {', '.join(CLEANING)})")  # fmt: skip
+        for what, value in (("min letter share", self.min_letter_share),
+                            ("min script share", self.min_script_share)):  # fmt: skip
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"the {what} must be between 0 and 1, got {value}")
+        for what, value in (("language ratio", self.language_ratio),
+                            ("max char ratio", self.max_char_ratio)):  # fmt: skip
+            if not 1.0 <= value < math.inf:
+                raise ConfigError(f"the {what} must be a number >= 1, got {value}")
+        if self.min_copy_words < 1 or self.min_ratio_chars < 1:
+            raise ConfigError("the min copy words and min ratio chars must be at least 1")
+
+    def runs(self, name: str) -> bool:
+        return name not in self.skip
+
+
+NO_CLEANING = CleanOptions(skip=CLEANING)  # only empty pairs (and the token filters) go
+
 
 @dataclass(frozen=True)
 class PrepareOptions:
@@ -32,6 +77,9 @@ class PrepareOptions:
     vocab_sample_sentences: int = 2_000_000  # sentences sentencepiece learns from
     seed: int = 1  # of that sample
     split_by_script: bool = True  # no piece mixes letters and brackets (parsing: false)
+    clean: CleanOptions = CleanOptions()  # training filters for crawled text (data/clean.py)
+    removed: str | None = None  # a TSV file to write every removed training pair to
+    dry_run: bool = False  # clean the training pairs and report, write no directory
     overwrite: bool = False  # replace an output directory `prepare` made before
     quiet: bool = False  # no progress bars, no report
 

@@ -22,14 +22,16 @@ from pathlib import Path
 from dataclasses import replace
 
 from aiayn.data.prepare import prepare
-from aiayn.data.prepare_options import PrepareOptions
+from aiayn.data.prepare_options import NO_CLEANING, PrepareOptions
 from aiayn.errors import DataError
 from aiayn.parsing.linearize import linearize
 from aiayn.parsing.trees import Tree, clean, read_trees, with_root, write_trees
 
 SRC, TGT = "words", "tree"
 PAPER_VOCAB = 16000  # "a vocabulary of 16K tokens for the WSJ only setting" (sec. 6.3)
-OPTIONS = PrepareOptions(vocab_size=PAPER_VOCAB, src=SRC, tgt=TGT, split_by_script=False)
+# Trees are no crawled text: the cleaning filters (letters, languages, duplicates) stay off.
+OPTIONS = PrepareOptions(vocab_size=PAPER_VOCAB, src=SRC, tgt=TGT, split_by_script=False,
+                         clean=NO_CLEANING)  # fmt: skip
 
 
 def cleaned_trees(path: str | Path) -> list[Tree]:

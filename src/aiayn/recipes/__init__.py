@@ -18,17 +18,18 @@ RECIPES = ("multi30k", "wmt14-en-de", "wmt14-en-fr", "parse")
 def prepare_any(
     recipe: str | None, out: str, changes: dict[str, Any], *, train: str | None = None,
     valid: str | None = None, test: str | None = None, tsv: str | None = None,
-    from_dir: str | None = None,
+    tmx: str | None = None, from_dir: str | None = None,
 ) -> None:  # fmt: skip
-    """Prepare `out` from a known `recipe` (None: the user's own files `train` or `tsv`,
-    `valid`, `test`); `changes`: `PrepareOptions` fields that override the recipe's own.
+    """Prepare `out` from a known `recipe` (None: the user's own files `train`, `tsv` or
+    `tmx`, `valid`, `test`); `changes`: `PrepareOptions` fields that override the recipe's own.
     A recipe reads its own files (`from_dir`: raw files already on disk, else downloaded);
     the parsing recipe reads tree files as `train`, `valid`, `test`."""
-    own_files = [train, tsv, valid, test]
+    own_files = [train, tsv, tmx, valid, test]
     if recipe == "parse":
         from aiayn.parsing import prepare as parsing
 
-        if train is None or valid is None or tsv or from_dir or "src" in changes or "tgt" in changes:
+        languages = "src" in changes or "tgt" in changes
+        if train is None or valid is None or tsv or tmx or from_dir or languages:
             raise ConfigError("parse: give --train TREES --valid TREES [--test TREES] only")
         options = replace(parsing.OPTIONS, **changes)
         parsing.prepare_parse(train=train, valid=valid, test=test, out=out, options=options)
@@ -37,13 +38,13 @@ def prepare_any(
         from aiayn.data.prepare_options import PrepareOptions
 
         no_vocab = changes.get("vocab_size") is None and changes.get("vocab_from") is None
-        if valid is None or no_vocab or (train is None) == (tsv is None):
-            raise ConfigError("give --train PREFIX (or --tsv FILE), --valid PREFIX, --vocab-size "
-                              "N (or --vocab-from CKPT)")  # fmt: skip
-        prepare(train=train, tsv=tsv, valid=valid, test=test, out=out,
+        if valid is None or no_vocab or sum(f is not None for f in (train, tsv, tmx)) != 1:
+            raise ConfigError("give --train PREFIX (or --tsv FILE, or --tmx FILE), --valid "
+                              "PREFIX, --vocab-size N (or --vocab-from CKPT)")  # fmt: skip
+        prepare(train=train, tsv=tsv, tmx=tmx, valid=valid, test=test, out=out,
                 options=PrepareOptions(**changes))  # fmt: skip
     elif any(f is not None for f in own_files):
-        raise ConfigError(f"{recipe} reads its own files; drop --train/--valid/--test/--tsv")
+        raise ConfigError(f"{recipe} reads its own files; drop --train/--valid/--test/--tsv/--tmx")
     elif recipe == "multi30k":
         from aiayn.recipes import multi30k
 

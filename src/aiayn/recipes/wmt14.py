@@ -29,7 +29,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from aiayn.data.prepare import prepare
-from aiayn.data.prepare_options import PrepareOptions
+from aiayn.data.prepare_options import NO_CLEANING, PrepareOptions
 from aiayn.errors import AiaynError, DataError
 
 HF_DATASET = "wmt/wmt14"  # the HuggingFace hub name (formerly plain "wmt14")
@@ -50,10 +50,12 @@ class Task:
 
     @property
     def options(self) -> PrepareOptions:
-        """`prepare`'s options for this task: the paper's vocabulary, fairseq's filter."""
+        """`prepare`'s options for this task: the paper's vocabulary, fairseq's filter, and
+        no other cleaning (the paper trains on the standard data as it is)."""
         return PrepareOptions(
             vocab_size=self.vocab_size, src=self.src, tgt=self.tgt,
             max_tokens_per_side=MAX_TOKENS_PER_SIDE, max_len_ratio=MAX_LEN_RATIO,
+            clean=NO_CLEANING,
         )  # fmt: skip
 
 

@@ -2,14 +2,10 @@
 
     LanguageIdentifier(["en", "de"]).rank("Der Hund schläft.")   # [("de", 0.99...), ("en", ...)]
 
-The identifier is py3langid (a maintained fork of langid.py, Lui & Baldwin 2012: a naive
-Bayes classifier over byte n-grams, 97 languages). It ships its model inside the package
-(an LZMA-compressed NumPy archive, no pickle), runs offline, is fast, and can be restricted
-to a set of languages (`set_languages`), which is what a server wants: it only has to tell
-apart the languages it can translate from. Its probabilities are normalised over that set.
-lingua-language-detector, the other candidate, is more accurate on very short texts but a
-far larger package and slower in its accurate mode; a sentence of five words or more is an
-easy case for either. The corpus cleaning of `prepare` uses the same identifier.
+The identifier is the corpus cleaning's, py3langid (`aiayn.data.language` says why that
+one), restricted to a set of languages (`set_languages`), which is what a server wants: it
+only has to tell apart the languages it can translate from. Its probabilities are
+normalised over that set.
 
 Codes the identifier does not know (e.g. a made-up "xx") cannot be detected: they are
 left out of the set, and `known` lists those that are in it.
@@ -18,6 +14,8 @@ left out of the set, and `known` lists those that are in it.
 from __future__ import annotations
 
 import threading
+
+from aiayn.data.language import new_identifier
 
 
 class LanguageIdentifier:
@@ -33,10 +31,7 @@ class LanguageIdentifier:
         """The identifier, loaded once (about a second: a server does it before it is ready)."""
         with self._lock:
             if self._identifier is None:
-                from py3langid.langid import MODEL_FILE
-                from py3langid.langid import LanguageIdentifier as Langid
-
-                identifier = Langid.from_model_file(MODEL_FILE, norm_probs=True)
+                identifier = new_identifier()
                 labels = set(identifier.labels)
                 self._known = [code for code in self.languages if code in labels]
                 if len(self._known) > 1:
