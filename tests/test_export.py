@@ -210,16 +210,33 @@ def test_an_existing_out_is_replaced_only_with_force_and_only_if_an_export(tmp_p
 
 
 # --- a trained tiny model: translations --------------------------------------------------
+# The floors below were measured on `trained` with train.seed = data.seed = 1..8 (the test
+# uses 1), one torch thread, float32 (this path does not train in bf16), on an AMD EPYC
+# Zen 3 (AVX2, no AVX-512 VNNI); seeds 1 and 2 again with ATEN_CPU_CAPABILITY=avx2
+# ONEDNN_MAX_CPU_ISA=AVX2 (CTranslate2's oneDNN reads the second): the same figures.
+# Greedy decoding of the 40 test sentences gave 40 different translations at every seed;
+# a model that says one thing for every input gives 1 (a share of 1/40).
+DISTINCT_SHARE_FLOOR = 0.5
+# CTranslate2 float32, beam 4, on INT8_TEST: sacreBLEU 21.37, 22.11, 17.63, 16.61, 21.74,
+# 19.88, 20.65, 19.21 (lowest 16.61).
+F32_BLEU_FLOOR = 10.0
+# int8 BLEU / float32 BLEU on INT8_TEST: 0.966, 0.943, 0.894, 0.932, 0.903, 0.939, 0.942,
+# 0.856 (lowest 0.856). On the 40 test sentences alone it went from 0.75 to 1.04 over the
+# same seeds (and from 0.88 to 1.08 over seeds 1-5 at the demo's former full rate): too
+# noisy for a floor, hence the 400 sentences.
+INT8_SHARE_FLOOR = 0.75
+INT8_TEST = demo_splits(n_train=1500, n_valid=20, n_test=400, seed=5).test  # SPLITS.test + 360
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
     """The fast demo's model and recipe (`aiayn.demo`: d_model 64, one layer a side, 200
-    updates of 2,000 tokens, a 1,000-piece vocabulary), which tests/test_demo.py holds to
-    BLEU >= 10, trained on 1,500 demo pairs: greedy sacreBLEU 8.6-16.2 over two seeds and
-    the core alone (`train.fast=false`), every test sentence translated differently.
-    A smaller model (d_model 32, a 400-piece vocabulary, 200 updates of 1,500 tokens) had
-    not yet learned to translate (sacreBLEU under 2): on some CPUs its outputs still
-    differed by sentence, on others the float32 rounding of their kernels tipped it into
-    one sentence for every input."""
+    updates of 2,000 tokens at half eq. 3's rate, a 1,000-piece vocabulary), which
+    tests/test_demo.py holds to its BLEU floor, trained on 1,500 demo pairs (the floors
+    above give what it scores). A smaller model (d_model 32, a 400-piece vocabulary, 200
+    updates of 1,500 tokens) had not yet learned to translate (sacreBLEU under 2): on some
+    CPUs its outputs still differed by sentence, on others the float32 rounding of their
+    kernels tipped it into one sentence for every input."""
     root = tmp_path_factory.mktemp("trained")
     threads = torch.get_num_threads()  # module fixtures start before the per-test one_thread
     torch.set_num_threads(1)
@@ -238,28 +255,28 @@ def trained(tmp_path_factory) -> Path:
 def test_greedy_translations_are_identical_in_every_export(trained, tmp_path):
     sources = [s for s, _ in SPLITS.test]
     ours = export_agreement.aiayn_translations(trained, sources, beam=1, alpha=0.6)
-    assert len(set(ours)) > len(ours) // 2  # the model tells sentences apart
+    assert len(set(ours)) / len(ours) > DISTINCT_SHARE_FLOOR  # it tells sentences apart
     ct2 = export_checkpoint(trained, "ctranslate2", tmp_path / "ct2")
     assert export_agreement.ct2_translations(ct2, trained, sources, 1, 0.6) == ours
     hf = export_checkpoint(trained, "huggingface", tmp_path / "hf")
     assert export_agreement.hf_translations(hf, sources, 1, 0.6) == ours
 
 
-def test_int8_ctranslate2_keeps_nine_tenths_of_float32_bleu(trained, tmp_path):
-    """Beam 4 on the 40 test sentences, CTranslate2 float32 against int8, with the int8
+def test_int8_ctranslate2_keeps_three_quarters_of_float32_bleu(trained, tmp_path):
+    """Beam 4 on 400 test sentences, CTranslate2 float32 against int8, with the int8
     kernels CTranslate2 runs on this CPU. Where they sum u8 x s8 products exactly (AVX-512
     VNNI, AMX) the gap measured under half a point; on x86 CPUs without them CTranslate2's
-    oneDNN kernels add pairs of products in saturating 16-bit sums, and it measured 19.42
-    against 18.70 (-3.7%) on an AVX2 CPU. A broken quantization (a wrong scale, a transposed
-    matrix) loses most of the BLEU: the bound, nine tenths, lies between."""
-    sources, refs = zip(*SPLITS.test)
+    oneDNN kernels add pairs of products in saturating 16-bit sums, and int8 kept 0.86 to
+    0.97 of float32's BLEU on an AVX2 CPU. A broken quantization (a wrong scale, a
+    transposed matrix) loses most of the BLEU: the floor, INT8_SHARE_FLOOR, lies between."""
+    sources, refs = zip(*INT8_TEST)
     bleu = {}
     for quantization in ("float32", "int8"):
         out = export_checkpoint(trained, "ctranslate2", tmp_path / quantization, quantization)
         hyps = export_agreement.ct2_translations(out, trained, list(sources), 4, 0.6, quantization)
         bleu[quantization] = score(hyps, list(refs))["sacrebleu"]["score"]
-    assert bleu["float32"] > 5, bleu  # a model that translates: the comparison means something
-    assert bleu["int8"] >= 0.9 * bleu["float32"], bleu
+    assert bleu["float32"] > F32_BLEU_FLOOR, bleu  # a model that translates: the ratio counts
+    assert bleu["int8"] >= INT8_SHARE_FLOOR * bleu["float32"], bleu
 
 
 def test_the_exports_readme_code_runs(trained, tmp_path, capsys):
