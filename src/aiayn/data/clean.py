@@ -32,7 +32,7 @@ encoding worker processes (`PairFilter`); duplicates are found in the parent pro
 with the corpus (a 100-million-pair corpus: 1.6 GB), everything else streams.
 
 Why not OpusFilter (Helsinki-NLP), the field's toolbox: as a library it brings pandas,
-scikit-learn, matplotlib, graphviz, a compiled Moses tokenizer and a 96 MB language
+scikit-learn, matplotlib, graphviz, a compiled Moses tokenizer and a large language
 identifier into the core install, and its filters score whole files through its own YAML
 pipeline. The definitions here follow its filters of the same purpose (AlphabetRatioFilter,
 CharacterScoreFilter, LengthRatioFilter, HtmlTagFilter, LanguageIDFilter with py3langid,

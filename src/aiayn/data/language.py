@@ -8,7 +8,7 @@ default identifier). Why this one: its model ships inside the package (an npz ar
 loaded without pickle, so nothing is fetched at run time and nothing unsafe is loaded), it
 needs only NumPy, it covers about a hundred languages, and on short sentences such as image
 captions it mislabels fewer lines than CLD2 (pycld2) and lingua's fast mode. lingua's
-accurate mode is as good but much slower and a 96 MB wheel; CLD2 is faster but mislabels
+accurate mode is as good but much slower and a far larger wheel; CLD2 is faster but mislabels
 more short German lines. docs/cleaning.md gives the measured figures.
 
 A line is judged to be in another language only when the identifier is *confident*: its
@@ -20,7 +20,7 @@ to be English. Closely related languages that identifiers confuse (Bosnian, Croa
 Serbian; Indonesian, Malay; Danish, Norwegian) count as one.
 
 The script tables say which writing systems each language uses (ISO 639 codes). They are
-data of their own, so that the identifier's model (about 100 MB in memory) is loaded only
+data of their own, so that the identifier's model (large in memory) is loaded only
 where the language filter runs.
 """
 
@@ -70,8 +70,8 @@ def base_code(lang: str) -> str:
 
 
 def new_identifier():  # noqa: ANN201 (py3langid's LanguageIdentifier)
-    """A fresh py3langid identifier with normalised probabilities (about a second to load).
-    Fresh, because `set_languages` (the server's restriction to the languages it serves,
+    """A fresh py3langid identifier with normalised probabilities (slow to load: once per
+    process). Fresh, because `set_languages` (the server's restriction to the languages it serves,
     `text.language`) changes it in place."""
     from py3langid.langid import MODEL_FILE, LanguageIdentifier
 

@@ -28,7 +28,7 @@ class LanguageIdentifier:
         self._lock = threading.Lock()
 
     def load(self):
-        """The identifier, loaded once (about a second: a server does it before it is ready)."""
+        """The identifier, loaded once (a server does it before it is ready)."""
         with self._lock:
             if self._identifier is None:
                 identifier = new_identifier()
