@@ -61,7 +61,7 @@ TEMPLATES = (DOCS / "templates", ROOT / "benchmarks" / "templates")  # the block
 READMES = {"summary": ROOT / "benchmarks" / "README.md", "results": ROOT / "README.md",
            "results_details": DOCS / "results.md", "extrapolation": DOCS / "experiments.md",
            "table3": DOCS / "experiments.md", "alignment": DOCS / "translate.md",
-           "finetune": DOCS / "export.md"}
+           "finetune": DOCS / "export.md", "cleaning": DOCS / "cleaning.md"}
 OWN_OPTIONS = ("--note", "--results-dir", "--out", "--json-out")  # where and why: not part of a variant
 
 
@@ -308,7 +308,24 @@ def _serve_load(result: dict) -> list[tuple[str, str]]:
             ("errors", str(s["errors"])),
             ("resident MB over the run, dynamic batching", f"{low:g} to {high:g}"),
             (f"resident MB growth over the repeated {s['clients']}-client cell",
-             f"{s['dynamic_rss_mb_growth_repeat']:g}"), *peers]  # fmt: skip
+             f"{s['dynamic_rss_mb_growth_repeat']:g}"), *peers, *_serve_mixed(result)]  # fmt: skip
+
+
+def _serve_mixed(result: dict) -> list[tuple[str, str]]:
+    """`--mixed`: two models in one server, each model's throughput mixed / alone, the
+    lighter one's p99 against its bound, and the resident memory of one and two models."""
+    if "mixed" not in result:
+        return []
+    m = result["mixed"]
+    s, mb, (a, b) = m["summary"], m["rss_mb"], m["models"]
+    return [(f"two models ({a}, {b}), {m['clients_per_model']} clients each: sentences/s "
+             f"mixed / alone, {a} / {b}",
+             f"{s['throughput_mixed_over_alone_a']:.2f} / {s['throughput_mixed_over_alone_b']:.2f}"),
+            ("two models: the lighter one's p99 ms mixed / its bound (alone + max wait + a batch)",
+             f"{s['lighter_p99_ms_mixed']:g} / {s['lighter_p99_bound_ms']:g}"),
+            ("two models: errors", str(s["errors"])),
+            ("resident MB once ready, one model / two models",
+             f"{mb['one_model_ready']:g} / {mb['two_models_ready']:g}")]  # fmt: skip
 
 
 def _search(s: dict) -> str:
@@ -402,6 +419,18 @@ def _started(model: dict) -> str:
     return f"from {model['start']}, {model['minutes']:g} min ({model['steps']} updates)"
 
 
+def _noisy_corpus(result: dict) -> list[tuple[str, str]]:
+    """The filters' recall per kind of noise they target, the clean pairs removed, and the
+    trainings' mean test BLEU where they ran."""
+    f = result["filters"]
+    rows = [(f"share removed of the {kind.replace('_', ' ')} pairs", f"{share:.3f}")
+            for kind, share in f["targeted_recall"].items()]  # fmt: skip
+    rows.append(("share removed of the clean pairs", f"{f['clean_removed_share']:.4f}"))
+    for name, means in result.get("summary", {}).get("mean_bleu", {}).items():
+        rows.append((f"test sacreBLEU, {name} ({result['updates']} updates)", f"{means['test']:.2f}"))
+    return rows
+
+
 def _finetune(result: dict) -> list[tuple[str, str]]:
     return [(f"sacreBLEU demo test / Multi30k val, {_started(m)}",
              f"{m['demo_test']['bleu']:.2f} / {m['multi30k_val']['bleu']:.2f}")
@@ -414,7 +443,8 @@ SUMMARIES = {"finetune": _finetune, "before_after": _before_after,
              "table3": _table3, "parse_demo": _parse_demo,
              "prepare_scale": _prepare_scale, "length_extrapolation": _length_extrapolation,
              "attention_window": _attention_window, "precision_curves": _precision_curves,
-             "brevity": _brevity, "serve_load": _serve_load, "alignment": _alignment}
+             "brevity": _brevity, "serve_load": _serve_load, "alignment": _alignment,
+             "noisy_corpus": _noisy_corpus}
 
 
 def figures(record: dict) -> list[tuple[str, str]]:
@@ -590,6 +620,21 @@ def finetune_text(records: list[dict], bench: str = "../benchmarks/") -> str:
                   machine=machine(record), link=_link(record, f"{bench}results/"))  # fmt: skip
 
 
+def cleaning_text(records: list[dict], bench: str = "../benchmarks/") -> str:
+    """The cleaning page's account of the latest `noisy_corpus.py` result: what the filters
+    removed of each kind of noise and of the clean pairs, and the trainings where they ran."""
+    record = newest_published(records, "noisy_corpus")
+    if record is None:
+        return none_yet("noisy_corpus")
+    r = record["result"]
+    f = r["filters"]
+    by = {kind: sorted(((entry["kinds"].get(kind, 0), name) for name, entry in
+                        f["filters"].items() if entry["kinds"].get(kind)), reverse=True)
+          for kind in f["kinds"]}  # fmt: skip  # kind -> [(pairs removed, filter)], most first
+    return render("cleaning", r=r, f=f, by=by, targeted=list(f["targeted_recall"]),
+                  machine=machine(record), link=_link(record, f"{bench}results/"))  # fmt: skip
+
+
 def _table3_runs(records: list[dict]) -> list[dict]:
     """`table3.py run` results (not its costs stage), oldest first."""
     return [r for r in records if r["meta"]["script"] == "table3" and "rows" in r["result"]]
@@ -677,7 +722,7 @@ def replace_between(text: str, name: str, body: str, where: str = "README") -> s
 MAKERS = {"summary": summary_tables, "results": results_table,
           "results_details": results_details, "extrapolation": extrapolation_text,
           "alignment": alignment_text, "table3": table3_text,
-          "finetune": finetune_text}  # fmt: skip  # marker name -> what writes its block
+          "finetune": finetune_text, "cleaning": cleaning_text}  # fmt: skip  # marker -> maker
 
 
 def readmes(records: list[dict], readme_paths: dict[str, Path] = READMES) -> dict[Path, str]:

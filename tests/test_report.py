@@ -252,6 +252,65 @@ def test_serve_load_rows_are_its_summary():
     assert rows["32 clients: sentences/s, dynamic batching / libretranslate (same model)"] == "2.50"
 
 
+def test_serve_load_with_two_models_adds_the_mixed_rows():
+    summary = {"clients": 32, "throughput_ratio": 4.95, "p99_ms_dynamic": 286.7,
+               "p99_ms_one_at_a_time": 744.2, "errors": 0, "dynamic_rss_mb_min_max": [350.2, 474.3],
+               "dynamic_rss_mb_growth_repeat": 20.4}
+    mixed = {"models": ["en-de", "de-en"], "clients_per_model": 16,
+             "rss_mb": {"one_model_ready": 300.5, "two_models_ready": 420.25},
+             "summary": {"throughput_mixed_over_alone_a": 0.91, "throughput_mixed_over_alone_b": 0.875,
+                         "lighter_p99_ms_mixed": 120.5, "lighter_p99_bound_ms": 140.0, "errors": 0}}
+    rows = dict(report.figures(_record("serve_load", "2026-01-01T00:00:00Z",
+                                       {"summary": summary, "mixed": mixed})))  # fmt: skip
+    key = "two models (en-de, de-en), 16 clients each: sentences/s mixed / alone, en-de / de-en"
+    assert rows[key] == "0.91 / 0.88"
+    assert rows["two models: the lighter one's p99 ms mixed / its bound (alone + max wait + a batch)"] == "120.5 / 140"
+    assert rows["resident MB once ready, one model / two models"] == "300.5 / 420.25"
+    plain = dict(report.figures(_record("serve_load", "2026-01-01T00:00:00Z", {"summary": summary})))
+    assert not any(name.startswith("two models") for name in plain)
+
+
+def _noisy(trained: bool) -> dict:
+    """A noisy_corpus.py result: the filters (always) and the trainings (`trained`)."""
+    kinds = {"clean": {"pairs": 1000, "removed": 2, "share_removed": 0.002},
+             "misaligned": {"pairs": 100, "removed": 14, "share_removed": 0.14},
+             "wrong_language": {"pairs": 100, "removed": 100, "share_removed": 1.0}}
+    filters = {"language": {"removed": 101, "precision": 0.9901,
+                            "kinds": {"wrong_language": 100, "clean": 1}},
+               "char_ratio": {"removed": 15, "precision": 0.9333,
+                              "kinds": {"misaligned": 14, "clean": 1}}}
+    result = {"updates": 300, "noise": {"share": 0.3, "seed": 1, "pairs": 1200},
+              "filters": {"filters": filters, "kinds": kinds, "seconds": 4.5,
+                          "targeted_recall": {"wrong_language": 1.0}, "clean_removed_share": 0.002}}
+    if trained:
+        seeds = [{"seed": 1}, {"seed": 2}]
+        result["runs"] = {name: {"seeds": seeds} for name in ("clean", "noisy", "cleaned")}
+        result["summary"] = {"mean_bleu": {"clean": {"test": 30.0}, "noisy": {"test": 25.5},
+                                           "cleaned": {"test": 29.75}},
+                             "test_gaps": {"noisy_minus_clean": -4.5, "cleaned_minus_clean": -0.25},
+                             "seed_spread_test": 0.6}
+    return {**_record("noisy_corpus", "2026-01-01T00:00:00Z", result), "file": "noisy.json"}
+
+
+def test_noisy_corpus_rows_and_the_cleaning_page_read_the_result():
+    rows = dict(report.figures(_noisy(trained=True)))
+    assert rows["share removed of the wrong language pairs"] == "1.000"
+    assert rows["share removed of the clean pairs"] == "0.0020"
+    assert rows["test sacreBLEU, cleaned (300 updates)"] == "29.75"
+    text = report.cleaning_text([_noisy(trained=False)])
+    assert "| wrong language | 100 | 100.00% | language 100 |" in text
+    assert "| misaligned (no filter targets it) | 100 | 14.00% | char_ratio 14 |" in text
+    assert "| clean | 1,000 | 0.20% | language 1, char_ratio 1 |" in text  # most removed first
+    assert "language 99.0% of 101; char_ratio 93.3% of 15. The trainings have not run" in text
+    assert "have not run for this result" in text
+    assert "[2026-01-01, abc1234](../benchmarks/results/noisy.json)" in text
+    trained = report.cleaning_text([_noisy(trained=True)])
+    assert "of 15. Trained 300 updates each (configs/multi30k.yaml, seeds 1, 2)" in trained
+    assert "30.00 on the clean corpus, 25.50 on the noisy one and 29.75 on the noisy one cleaned" in trained
+    assert "(-0.25 against clean; noisy -4.50; the seeds of a corpus differ by up to 0.60)" in trained
+    assert report.cleaning_text([]) == report.none_yet("noisy_corpus")
+
+
 def test_gpu_levers_rows_give_each_lever_the_profile_and_the_loss_gap():
     result = {"rows": {"fast_compiled": {"tokens_per_s": 603543, "mfu_vs_989": 0.246,
                                          "projected_base_run_hours": 1.2},
