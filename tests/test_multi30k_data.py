@@ -4,15 +4,15 @@ every validation sentence, and token batches waste little on padding."""
 from __future__ import annotations
 
 import gzip
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from aiayn.data.batching import TokenBatchSampler
 from aiayn.data.binarize import BinarizedDataset, load_vocabs
-from aiayn.data.prepare_options import PrepareOptions
 from aiayn.data.vocab import UNK_ID
-from aiayn.recipes.multi30k import prepare_multi30k
+from aiayn.recipes.multi30k import OPTIONS, prepare_multi30k
 
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
 
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.skipif(
 def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("multi30k") / "prepared"
     # 8000 joint pieces as the recipe; a 20k-sentence sample of the 58k keeps this quick.
-    options = PrepareOptions(vocab_size=8000, vocab_sample_sentences=20_000, workers=2,
-                             quiet=True)  # fmt: skip
+    # The recipe's options (its corpus as published: no cleaning), sampled and quiet.
+    options = replace(OPTIONS, vocab_sample_sentences=20_000, workers=2, quiet=True)
     prepare_multi30k(MULTI30K, out, options)
     return out
 

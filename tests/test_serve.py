@@ -86,6 +86,28 @@ CASES = [
     ([1, 2], 422, "JSON object"),
 ]
 
+def test_deep_json_is_refused_whatever_the_recursion_limit():
+    """Hypothesis raises the process's recursion limit while it runs (schemathesis's tests
+    run the same server code): a deep body is refused by its depth, not by chance."""
+    import sys
+
+    from aiayn.serve.body import MAX_DEPTH, parse_json
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(20_000)
+    try:
+        with pytest.raises(ApiError, match="nested too deeply"):
+            parse_json(b"[" * 1000 + b"]" * 1000)
+    finally:
+        sys.setrecursionlimit(limit)
+    value, levels = parse_json(b"[" * (MAX_DEPTH + 1) + b"]" * (MAX_DEPTH + 1)), 1
+    while value:  # the deepest allowed: lists MAX_DEPTH + 1 deep, parsed
+        value, levels = value[0], levels + 1
+    assert value == [] and levels == MAX_DEPTH + 1
+    with pytest.raises(ApiError, match=f"over {MAX_DEPTH} levels"):
+        parse_json(b"[" * (MAX_DEPTH + 2) + b"]" * (MAX_DEPTH + 2))
+
+
 @pytest.mark.parametrize(("body", "status", "message"), CASES)
 def test_each_bad_request_gets_its_status_and_names_the_limit(server, body, status, message):
     raw = body if isinstance(body, bytes) else None

@@ -5,13 +5,13 @@ started (a random model's is about the vocabulary size)."""
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from aiayn.config import Config, apply_overrides
-from aiayn.data.prepare_options import PrepareOptions
-from aiayn.recipes.multi30k import prepare_multi30k
+from aiayn.recipes.multi30k import OPTIONS, prepare_multi30k
 from aiayn.train import distributed
 from aiayn.train.trainer import Trainer, train
 from aiayn.train.validate import validation_loss
@@ -28,8 +28,8 @@ pytestmark = [
 
 def test_a_small_model_learns_multi30k_in_a_minute_and_a_half(tmp_path: Path) -> None:
     data = tmp_path / "prepared"
-    options = PrepareOptions(vocab_size=4000, vocab_sample_sentences=20_000, workers=1,
-                             quiet=True)  # fmt: skip
+    options = replace(OPTIONS, vocab_size=4000, vocab_sample_sentences=20_000, workers=1,
+                      quiet=True)  # fmt: skip  # the recipe's: no cleaning
     prepare_multi30k(MULTI30K, data, options)
     config = apply_overrides(Config(), [
         f"data.dir={data}", f"train.out_dir={tmp_path / 'run'}", "train.device=cpu",

@@ -62,8 +62,15 @@ async def unless_gone(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
-def _check_text(value: Any) -> None:
-    """Strings that UTF-8 can carry: JSON's escapes can spell lone surrogates ("\\ud800")."""
+MAX_DEPTH = 100  # JSON nesting a body may have: the APIs' bodies are 3 levels deep
+
+
+def _check_text(value: Any, depth: int = 0) -> None:
+    """Strings that UTF-8 can carry: JSON's escapes can spell lone surrogates ("\\ud800");
+    and nesting within MAX_DEPTH, whatever recursion limit the process runs under (the
+    parser's own limit moves with it: a test library may raise it)."""
+    if depth > MAX_DEPTH:
+        raise ApiError(422, f"invalid JSON: nested too deeply (over {MAX_DEPTH} levels)")
     if isinstance(value, str):
         try:
             value.encode("utf-8")
@@ -72,11 +79,11 @@ def _check_text(value: Any) -> None:
                                 f"at {err.start})") from None  # fmt: skip
     elif isinstance(value, list):
         for item in value:
-            _check_text(item)
+            _check_text(item, depth + 1)
     elif isinstance(value, dict):
         for key, item in value.items():
-            _check_text(key)
-            _check_text(item)
+            _check_text(key, depth + 1)
+            _check_text(item, depth + 1)
 
 
 def parse_json(body: bytes) -> Any:
