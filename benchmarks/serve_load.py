@@ -259,6 +259,10 @@ def main() -> None:
         given = [l for l in Path(args.sentences).read_text().splitlines() if l.strip()]
     pairs = demo_test_pairs()
     sentences = given or [src for src, _ in pairs]
+    if args.mixed:  # its languages checked before the long runs
+        from serve_mixed import check_languages
+
+        check_languages(args, pairs, given)
     report = {"checkpoint": args.checkpoint, "seconds_per_cell": args.seconds,
               "load_average_at_start": list(os.getloadavg()),
               "max_requests_per_cell": args.max_requests, "server_threads": args.threads,

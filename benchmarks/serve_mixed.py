@@ -35,13 +35,21 @@ def _shape(pair: dict) -> object:
 
 
 def _sentences(language: str, pairs: list[tuple[str, str]], given: list[str] | None) -> list[str]:
-    """Sentences in `language`: the demo test split's English or German (or the given ones,
-    for English)."""
-    if language == "en":
-        return given or [src for src, _ in pairs]
-    if language == "de" and not given:
-        return [tgt for _, tgt in pairs]
-    raise SystemExit(f"--mixed: no sentences in {language!r} (the demo split has en and de)")
+    """Sentences in `language`: English from --sentences where given, else the demo test
+    split's English or German (`--sentences` names English ones only)."""
+    if language == "en" and given:
+        return given
+    if language not in ("en", "de"):
+        raise SystemExit(f"--mixed: no sentences in {language!r} (the demo split has en and de)")
+    return [pair[language == "de"] for pair in pairs]
+
+
+def check_languages(args, pairs: list[tuple[str, str]], given: list[str] | None) -> None:
+    """Before any cell runs: each model's source language has sentences (SystemExit)."""
+    from aiayn.checkpoint import Checkpoint
+
+    for path in (args.checkpoint, args.mixed):
+        _sentences(Checkpoint(path).languages[0] or "en", pairs, given)
 
 
 def _together(jobs: list) -> list[dict]:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from aiayn.checkpoint import save_checkpoint
@@ -130,3 +131,17 @@ def test_serve_load_mixed_runs_two_models_alone_and_together(tmp_path):
     heavy = "b" if s["lighter"] == "a" else "a"
     assert s["lighter_p99_bound_ms"] == round(
         cells[f"alone_{s['lighter']}"]["p99_ms"] + 10 + cells[f"alone_{heavy}"]["p50_ms"], 1)
+
+
+def test_mixed_takes_german_from_the_demo_split_beside_given_english_and_refuses_others():
+    """`--sentences` names English sentences only: a de -> en model's come from the demo
+    test split; a language neither has stops the run before its first cell."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from serve_mixed import _sentences
+
+    pairs = [("the cat", "die Katze"), ("a dog", "ein Hund")]
+    assert _sentences("en", pairs, ["given one"]) == ["given one"]
+    assert _sentences("en", pairs, None) == ["the cat", "a dog"]
+    assert _sentences("de", pairs, ["given one"]) == ["die Katze", "ein Hund"]
+    with pytest.raises(SystemExit, match="no sentences in 'fr'"):
+        _sentences("fr", pairs, None)
