@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -33,7 +34,7 @@ from aiayn.errors import ConfigError
 from aiayn.serve.batcher import Batcher, Job, Turns
 from aiayn.serve.models import checkpoint_paths
 from aiayn.serve.pivot import compose
-from aiayn.serve.service import ServeConfig, Service
+from aiayn.serve.service import ServeConfig, Service, batch_slots
 from aiayn.text.language import LanguageIdentifier
 from aiayn.train.trainer import train
 from aiayn.translate import Translator
@@ -335,6 +336,40 @@ def test_turns_are_taken_in_the_order_asked():
     for thread in threads:
         thread.join(5)
     assert order == ["a", "b", "c"]
+
+
+def test_two_slots_run_two_batches_at_once_and_a_third_waits_its_turn():
+    """`Turns(2)`: two holders at once, the third waits, and waiters enter in order."""
+    turns, order, inside, most = Turns(2), [], [0], [0]
+    lock, release = threading.Lock(), threading.Event()
+
+    def take(name):
+        with turns:
+            with lock:
+                order.append(name)
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            release.wait(5)
+            with lock:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=take, args=(name,)) for name in "abcd"]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.05)  # asked in the order a, b, c, d
+    assert order == ["a", "b"]  # two slots: c and d wait
+    release.set()
+    for thread in threads:
+        thread.join(5)
+    assert order == ["a", "b", "c", "d"] and most[0] == 2
+
+
+def test_a_service_gives_a_batch_slot_per_share_of_the_cores(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert batch_slots(ServeConfig("x", threads=1)) == 4
+    assert batch_slots(ServeConfig("x", threads=2)) == 2
+    assert batch_slots(ServeConfig("x", threads=8)) == 1
+    assert batch_slots(ServeConfig("x", threads=1, device="cuda")) == 1
 
 
 def wait_until(condition, seconds: float) -> None:

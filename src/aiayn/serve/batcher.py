@@ -10,9 +10,10 @@ batch as one call. `max_batch_tokens=1, max_wait_ms=0` serves one
 request at a time, for comparison. A job whose caller gave up (its future cancelled) before
 the worker took it is dropped unrun.
 
-Several models (`models.py`) have a batcher each, and the batchers share one `Turns`: one
-batch runs at a time on the device, in the order the batches were ready, so a model's batch
-waits behind at most one batch of each other model, never behind a queue of them.
+Several models (`models.py`) have a batcher each, and the batchers share one `Turns`: at most
+`slots` batches run at once (the service gives one per `--threads` share of the CPU's cores,
+one on a GPU), in the order the batches were ready, so a model's batch waits behind at most
+one batch of each other model, never behind a queue of them.
 """
 
 from __future__ import annotations
@@ -63,22 +64,32 @@ class Stats:
 
 
 class Turns:
-    """One batch at a time, first ready first run (a ticket lock: fair, unlike a bare Lock,
-    whose waiters may be passed over again and again)."""
+    """At most `slots` batches at once, first ready first run: a fair semaphore (a bare
+    Semaphore or Lock lets a waiter be passed over again and again). One slot per share of
+    the cores, so that two models' batches run side by side where each would leave a core
+    idle, and one at a time where each already uses them all."""
 
-    def __init__(self) -> None:
+    def __init__(self, slots: int = 1) -> None:
+        if slots < 1:
+            raise ValueError(f"Turns needs at least one slot, got {slots}")
+        self.slots = slots
         self._cond = threading.Condition()
-        self._next, self._serving = 0, 0
+        self._line: deque[object] = deque()  # the waiters, in the order they asked
+        self._running = 0
 
     def __enter__(self) -> None:
+        me = object()
         with self._cond:
-            ticket, self._next = self._next, self._next + 1
-            while ticket != self._serving:
+            self._line.append(me)
+            while self._line[0] is not me or self._running >= self.slots:
                 self._cond.wait()
+            self._line.popleft()
+            self._running += 1
+            self._cond.notify_all()  # the next in line may fit in another slot
 
     def __exit__(self, *exc: object) -> None:
         with self._cond:
-            self._serving += 1
+            self._running -= 1
             self._cond.notify_all()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -70,6 +71,17 @@ class ServeConfig:
             raise ConfigError(f"--port {self.port} is not a port number")
 
 
+def batch_slots(config: ServeConfig) -> int:
+    """How many batches (of different models) may run at once: on a CPU, one per `--threads`
+    share of the cores this process may use (2 cores, --threads 1: two models decode side by
+    side instead of one idling); one on a GPU, and where torch's threads take every core."""
+    if torch.device(config.device).type != "cpu":
+        return 1
+    threads = config.threads or torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, (cores or 1) // threads)
+
+
 class ApiError(Exception):
     """A refused request: HTTP `status`, a message naming the problem, extra headers."""
 
@@ -102,7 +114,7 @@ class Service:
         if several and (config.src_lang or config.tgt_lang or config.heads):
             raise ConfigError("--src-lang, --tgt-lang and --heads are for one --checkpoint; "
                               "with several, each checkpoint names its own pair")  # fmt: skip
-        turns, models = Turns(), []
+        turns, models = Turns(batch_slots(config)), []
         for path in paths:
             ckpt = Checkpoint(path)  # a bad path fails now
             pair = model_languages(config, ckpt) if not several else ckpt.languages
