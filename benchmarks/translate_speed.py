@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/translate_speed.py [--sentences 500] [--batch-size N]
         [--out-len 30] [--max-tokens 4096] [--device cpu|cuda] [--dtype float32|bfloat16]
-        [--repeats 3] [--small]
+        [--repeats 3] [--small] [--latency]
 
 The network: aiayn's `Transformer(ModelConfig(vocab_size=8000))` with its random
 initialisation (seed 0): base size (sec. 3, Table 3 "base": d_model 512, 6 + 6 layers,
@@ -46,6 +46,11 @@ max_new_tokens = out_len.
 No system can stop early or drop a finished sentence from its batch, so the figure
 measures the per-step cost only. Each system decodes all batches `--repeats` times, the
 systems taking turns, and its median time counts. Prints one JSON object.
+
+`--latency`: one sentence a call (batch 1, beam 4), as a server's lone client is served:
+each system's milliseconds per sentence ("ms_per_sentence"), where a batched run shows
+throughput. The ratios keep their names and sense (sentences/s of aiayn over the peer, so
+above 1 aiayn is faster); the result's "mode" says which run it was.
 """
 
 from __future__ import annotations
@@ -348,8 +353,15 @@ def parse_args() -> argparse.Namespace:
                         help="timed passes per system, interleaved; the median counts")
     parser.add_argument("--small", action="store_true",
                         help="d_model 64, 2 + 2 layers, d_ff 256: to check the script quickly")
+    parser.add_argument("--latency", action="store_true",
+                        help="one sentence a call (batch 1): milliseconds per sentence")
     add_arguments(parser)
-    return parser.parse_args()  # fmt: skip
+    args = parser.parse_args()
+    if args.latency:
+        if args.batch_size not in (None, 1):
+            parser.error("--latency decodes one sentence a call: leave --batch-size out")
+        args.batch_size = 1
+    return args  # fmt: skip
 
 
 def main() -> None:
@@ -374,6 +386,7 @@ def main() -> None:
             seconds[name] = statistics.median(t for t, _ in timings)
             results[name] = {"seconds": round(seconds[name], 3), "output_tokens": timings[0][1],
                              "sentences_per_s": round(len(sents) / seconds[name], 2),
+                             "ms_per_sentence": round(1000 * seconds[name] / len(sents), 2),
                              "seconds_each_pass": [round(t, 3) for t, _ in timings]}  # fmt: skip
     ours = f"aiayn_{args.dtype}"
     pairs = {f"ctranslate2_{args.dtype}": (ours, f"ctranslate2_{args.dtype}"),
@@ -401,6 +414,7 @@ def report(args, config: ModelConfig, n_batches: int, results: dict, agree: dict
         f"embeddings, LayerNorm eps {c.ln_eps} (CTranslate2's layer_norm_epsilon set to it; "
         "MarianMT's is 1e-5, which its config cannot change); exported with `aiayn export` "
         "to CTranslate2 and MarianMT",
+        "mode": "latency: one sentence a call" if args.latency else "batched",
         "sentences": args.sentences, "src_tokens": "10-40 + eos", "batches": n_batches,
         "max_tokens": args.max_tokens, "batch_size": args.batch_size, "beam": BEAM,
         "vocab": VOCAB,

@@ -91,3 +91,29 @@ def test_the_peers_are_aiayn_exports_and_agree_with_aiayn(tmp_path):
     checked = {"aiayn_float32": systems["aiayn_float32"], "ctranslate2_int8_weights": weights}
     assert 0 < translate_speed.agreement(checked, sents, 6, "cpu", names)[
         "ctranslate2_int8_weights"] < 0.1  # fmt: skip
+
+
+def test_latency_mode_decodes_one_sentence_a_call_in_every_system(monkeypatch, capsys):
+    """`--latency`: every system gets one sentence a call (as many batches as sentences),
+    and each reports its milliseconds per sentence beside its sentences/s."""
+    import json
+
+    argv = ["translate_speed.py", "--small", "--latency", "--sentences", "3", "--out-len", "3",
+            "--repeats", "1", "--no-save"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    translate_speed.main()
+    result = json.loads(capsys.readouterr().out)
+    result = result.get("result", result)
+    assert result["mode"].startswith("latency") and result["batches"] == 3
+    systems = [k for k, v in result.items() if isinstance(v, dict) and "seconds" in v]
+    assert {"aiayn_float32", "aiayn_reference", "ctranslate2_float32"} <= set(systems)
+    for name in systems:
+        r = result[name]
+        # "seconds" is rounded to the millisecond, ms_per_sentence from the unrounded time
+        assert r["ms_per_sentence"] == pytest.approx(1000 * r["seconds"] / 3, abs=0.2)
+
+
+def test_latency_mode_refuses_a_batch_size(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["translate_speed.py", "--latency", "--batch-size", "8"])
+    with pytest.raises(SystemExit):
+        translate_speed.parse_args()
