@@ -13,6 +13,7 @@ import aiayn.fast.linear as linear_module
 from aiayn import fast
 from aiayn.config import ModelConfig
 from aiayn.fast.linear import OneDnnLinear, affine, cpu_vendor, input_grad, linear
+from aiayn.loss import RealTokenLoss
 from aiayn.model.transformer import Transformer
 from conftest import onednn_runs_here
 
@@ -247,3 +248,65 @@ def test_warm_up_builds_every_shape_that_inference_asks_for(onednn, onednn_shape
             tgt = torch.randint(4, 40, (sentences, 1 + length % 4), generator=gen)
             model(src, tgt)  # every product of encoding and decoding, the output layer's too
     assert len(shapes) > len(warm) and set(shapes) <= warm
+
+
+class _Clock:
+    """A clock where each oneDNN product takes `onednn` seconds and each MKL one `mkl`."""
+
+    def __init__(self, onednn: float, mkl: float, monkeypatch) -> None:
+        self.now, self.cost = 0.0, 0.0
+        self.calls = {"onednn": 0, "mkl": 0}
+        real_onednn, real_mkl = linear_module._onednn_linear, F.linear
+
+        def timed(name, real, seconds):
+            def product(*args, **kwargs):
+                self.calls[name] += 1
+                self.cost = seconds
+                return real(*args, **kwargs)
+            return product
+
+        monkeypatch.setattr(linear_module, "_onednn_linear", timed("onednn", real_onednn, onednn))
+        monkeypatch.setattr(linear_module.F, "linear", timed("mkl", real_mkl, mkl))
+
+    def __call__(self) -> float:
+        self.now += self.cost  # the product that ran since the last reading
+        self.cost = 0.0
+        return self.now
+
+
+@needs_onednn
+@pytest.mark.parametrize("onednn_seconds, uses_onednn", [(1.0, False), (0.001, True)])
+def test_inference_takes_the_product_measured_faster_for_its_shape(
+    onednn, monkeypatch, onednn_seconds, uses_onednn
+):  # fmt: skip
+    """Per shape, `ProductChoice` times each library once and keeps the faster; later
+    products of that shape go to it unmeasured, and the value is x W^T + b either way."""
+    clock = _Clock(onednn_seconds, 0.01, monkeypatch)
+    choice = linear_module.ProductChoice(repeats=3, clock=clock)
+    weight, bias = torch.randn(24, 16), torch.randn(24)
+    with torch.no_grad():
+        for rows in (5, 6, 7, 5):  # one bucket of 8 rows: measured once
+            x = torch.randn(rows, 16)
+            out = linear(x, weight, bias, choice=choice)
+            torch.testing.assert_close(out, x @ weight.T + bias, rtol=1e-5, atol=1e-5)
+    assert choice.onednn == {(8, (24, 16), True): uses_onednn}
+    measured = 1 + 3  # one untimed call (the kernel's first) and `repeats` timed ones
+    assert clock.calls == {"onednn": measured + 4 * uses_onednn,
+                           "mkl": measured + 4 * (not uses_onednn)}  # fmt: skip
+
+
+@needs_onednn
+def test_a_model_for_inference_shares_one_choice_and_warm_up_measures_every_shape(onednn):
+    model, _ = fast.for_inference(Transformer(ModelConfig(
+        vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=2, p_drop=0.0
+    )))  # fmt: skip
+    linears = [m for m in model.modules() if isinstance(m, OneDnnLinear)]
+    choices = {id(m.choice) for m in linears}
+    assert len(choices) == 1 and linears[0].choice is not None
+    linear_module.warm_up(model)
+    shapes = {(tuple(m.weight.shape), m.bias is not None) for m in linears}
+    rows = linear_module.inference_rows()
+    assert set(linears[0].choice.onednn) == {(n, *shape) for n in rows for shape in shapes}
+    core = Transformer(ModelConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=1))
+    training = fast.for_training(RealTokenLoss(core, 0.1))
+    assert all(m.choice is None for m in training.modules() if isinstance(m, OneDnnLinear))

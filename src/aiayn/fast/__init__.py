@@ -7,7 +7,7 @@ the same parameters and tested equal to it (tests/fast/). The core (`model/`, `l
 
 | core piece (what it computes) | fast piece | why |
 | --- | --- | --- |
-| `nn.Linear` (the pre-softmax projection too) | `linear.OneDnnLinear` | oneDNN's float32 products where MKL's are slower |
+| `nn.Linear` (the pre-softmax projection too) | `linear.OneDnnLinear` | oneDNN's float32 products where MKL's are slower (at inference: measured per shape) |
 | `PositionwiseFeedForward` (eq. 2) | `feedforward.FusedFeedForward` | no fresh ReLU buffers |
 | `nn.Dropout` (sec. 5.4) | `dropout.CompactDropout` | a 16-bit random mask on CPUs |
 | `Residual` (sec. 3.1) | `dropout.FastResidual` | x + dropout(y) in one pass |
@@ -38,7 +38,7 @@ from aiayn.fast.attention import GroupedAttention
 from aiayn.fast.dropout import CompactDropout, FastResidual
 from aiayn.fast.feedforward import FusedFeedForward
 from aiayn.fast.int8 import quantize_int8
-from aiayn.fast.linear import OneDnnLinear, warm_up
+from aiayn.fast.linear import OneDnnLinear, ProductChoice, warm_up
 from aiayn.fast.loss import ChunkedRealTokenLoss
 from aiayn.fast.search import FastSearch
 from aiayn.loss import RealTokenLoss
@@ -76,6 +76,10 @@ def for_inference(model: Transformer, *, int8: bool = False, long_lived: bool = 
         weight = model.output_weight
         check_int8(weight.device, weight.dtype)
     apply(model.eval())
+    choice = ProductChoice()  # one per model: modules of one shape share what was measured
+    for module in model.modules():
+        if isinstance(module, OneDnnLinear):
+            module.choice = choice
     if int8:
         quantize_int8(model)
     if long_lived:

@@ -7,6 +7,11 @@ made by Intel, the products x W^T + b (forward) and g W (the input's gradient) g
 oneDNN's linear; the weight's gradient g^T x stays with MKL, since oneDNN would first copy
 both transposed operands. `benchmarks/step_breakdown.py` measures the products in a step.
 
+At inference the rows are few (a decoder step multiplies beam x sentences rows), and there
+neither library wins everywhere: oneDNN's fixed cost per call loses to MKL on small shapes,
+and wins on large weights. So inference asks a `ProductChoice` (one per model, set by
+`fast.for_inference`), which times both products once per shape and keeps the faster.
+
 Both are float32 products, accumulated in float32 in different orders: they differ in the
 last bits, as two block sizes of one library do. Float64, autocast, other devices and code
 that `torch.compile` traces take PyTorch's own product.
@@ -15,6 +20,8 @@ that `torch.compile` traces take PyTorch's own product.
 from __future__ import annotations
 
 import functools
+import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -22,11 +29,42 @@ from torch import Tensor, nn
 
 
 
+class ProductChoice:
+    """Per inference shape (bucketed rows, weight shape, bias), whether oneDNN's product is
+    the faster: measured at the shape's first product, the best of `repeats` timed calls of
+    each library on zeros of that shape, and kept. Where the two are close the pick may
+    differ between processes, and with it the last bits of the products (see above)."""
+
+    def __init__(self, repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.repeats, self.clock = repeats, clock
+        self.onednn: dict[tuple, bool] = {}  # shape -> oneDNN is the faster
+
+    def use_onednn(self, rows: int, weight: Tensor, bias: Tensor | None) -> bool:
+        key = (bucket_rows(rows), tuple(weight.shape), bias is not None)
+        if key not in self.onednn:
+            x = weight.new_zeros(key[0], weight.size(1))  # (rows, in)
+            onednn = self._best(lambda: _onednn_linear(x, weight, bias))
+            mkl = self._best(lambda: F.linear(x, weight, bias))  # PyTorch's own: MKL's on x86
+            self.onednn[key] = onednn < mkl
+        return self.onednn[key]
+
+    def _best(self, product: Callable[[], Tensor]) -> float:
+        product()  # the first call builds the kernel: not timed
+        times = []
+        for _ in range(self.repeats):
+            start = self.clock()
+            product()
+            times.append(self.clock() - start)
+        return min(times)
+
+
 class OneDnnLinear(nn.Linear):
     """`nn.Linear` whose product is `linear` below; the same parameters and state dict.
-    `max_rows`: see `linear` (None, the default, until `warm_up` sets it)."""
+    `max_rows`: see `linear` (None, the default, until `warm_up` sets it); `choice`: the
+    model's `ProductChoice` at inference (None: oneDNN wherever `onednn_products`)."""
 
     max_rows: int | None = None
+    choice: ProductChoice | None = None
 
     @classmethod
     def from_core(cls, core: nn.Linear) -> OneDnnLinear:
@@ -36,20 +74,25 @@ class OneDnnLinear(nn.Linear):
         return fast
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias, self.max_rows)
+        return linear(x, self.weight, self.bias, self.max_rows, self.choice)
 
 
 def linear(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, max_rows: int | None = None
-) -> Tensor:
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, max_rows: int | None = None,
+    choice: ProductChoice | None = None,
+) -> Tensor:  # fmt: skip
     """x W^T + b: (..., in), weight (out, in), bias (out,) or None -> (..., out).
     `max_rows`: at inference, the most rows one product takes, larger inputs split (None:
-    one product, which is faster; `warm_up` sets it for a long-lived process)."""
+    one product, which is faster; `warm_up` sets it for a long-lived process). `choice`:
+    at inference, oneDNN only for the shapes where it measured faster."""
     if not onednn_products(x, weight):
         return F.linear(x, weight, bias)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, weight, bias)):
         return _OneDnnLinear.apply(x, weight, bias)
     rows = x.reshape(-1, x.size(-1))  # (tokens, in)
+    product_rows = min(rows.size(0), max_rows or rows.size(0))  # one product's, split or not
+    if choice is not None and not choice.use_onednn(product_rows, weight, bias):
+        return F.linear(x, weight, bias)
     if max_rows is None or rows.size(0) <= max_rows:
         out = _bucketed(rows, weight, bias)
     else:  # (tokens, out), max_rows rows a product
@@ -101,18 +144,18 @@ def warm_up(model: nn.Module) -> int:
     `bucket_rows`); for a process that serves for long, as `aiayn serve` does. Products of
     one shape share their kernels. -> the number of shapes visited (0 where oneDNN is not
     used)."""
-    weights = []  # (weight, bias) of each product
+    weights, choice = [], None  # (weight, bias) of each product; the model's ProductChoice
     for module in model.modules():
         if isinstance(module, OneDnnLinear):
             weights.append((module.weight, module.bias))
-            module.max_rows = MAX_ROWS
+            module.max_rows, choice = MAX_ROWS, module.choice
     shapes = {(tuple(w.shape), w.dtype, b is not None): (w, b) for w, b in weights}
     if not any(onednn_products(w.new_empty(0, w.size(1)), w) for w, _ in shapes.values()):
         return 0
     with torch.inference_mode():
         for weight, bias in shapes.values():
-            for n in inference_rows():
-                linear(weight.new_zeros(n, weight.size(1)), weight, bias, MAX_ROWS)
+            for n in inference_rows():  # with a choice, each shape is also measured now
+                linear(weight.new_zeros(n, weight.size(1)), weight, bias, MAX_ROWS, choice)
     return len(shapes) * len(inference_rows())
 
 
