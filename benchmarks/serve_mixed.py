@@ -13,14 +13,20 @@ target. Reported per cell and model: sentences/s, p50 and p99 latency, errors. T
 each model's throughput mixed >= 0.8 x alone; the lighter model's (lower p99 alone) p99
 mixed <= its p99 alone + --max-wait-ms + one batch of the other (the other's p50 alone).
 Memory: the two-model server's resident MB once ready, beside a one-model server of A's
-(each model is loaded once: the difference is about B's size).
+(each model is loaded once: the difference is about B's size). Cores: per phase (alone_a,
+alone_b, mixed), the CPU seconds of the server process and of this one (its client
+threads) over the phase's wall time: whether the mixed phase was short of cores (their sum
+near the machine's) or of something else (the interpreter's lock, the queue).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
+import time
+from pathlib import Path
 
 from serve_load import _get, rss_mb, run_cell, start_server
 
@@ -67,6 +73,24 @@ def _together(jobs: list) -> list[dict]:
     return out  # type: ignore[return-value]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` so far, all its threads (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def busy_cores(server_pid: int, phase) -> tuple[object, dict]:
+    """Run `phase()`; -> its value, and the cores the server and this process (the clients)
+    kept busy meanwhile: CPU seconds over wall seconds."""
+    start, server, own = time.monotonic(), cpu_seconds(server_pid), cpu_seconds(os.getpid())
+    value = phase()
+    wall = time.monotonic() - start
+    cores = {"server": (cpu_seconds(server_pid) - server) / wall,
+             "clients": (cpu_seconds(os.getpid()) - own) / wall}  # fmt: skip
+    cores["total"] = cores["server"] + cores["clients"]
+    return value, {k: round(v, 2) for k, v in cores.items()}
+
+
 def resident_mb_alone(args) -> float:
     """A one-model server of A's resident MB once ready (then stopped)."""
     process, _ = start_server(args.checkpoint, args.threads, ["--max-wait-ms", str(WAIT_MS)])
@@ -88,8 +112,13 @@ def run_mixed(args, pairs: list[tuple[str, str]], given: list[str] | None) -> di
         half = max(max(args.clients) // 2, 1)
         jobs = [(port, _sentences(m["languages"]["source"], pairs, given), half, args.seconds,
                  args.max_requests, _shape(m["languages"])) for m in models]  # fmt: skip
-        cells = {"alone_a": run_cell(*jobs[0]), "alone_b": run_cell(*jobs[1])}
-        cells["mixed_a"], cells["mixed_b"] = _together(jobs)
+        cells, cores = {}, {"logical_cpus": os.cpu_count()}
+        for name, phase in (("alone_a", lambda: [run_cell(*jobs[0])]),
+                            ("alone_b", lambda: [run_cell(*jobs[1])]),
+                            ("mixed", lambda: _together(jobs))):  # fmt: skip
+            done, cores[name] = busy_cores(process.pid, phase)
+            names = [name] if len(done) == 1 else ["mixed_a", "mixed_b"]
+            cells.update(zip(names, done))
         for name, cell in cells.items():
             print("mixed", name, json.dumps(cell), file=sys.stderr)
         after_mb = round(rss_mb(process.pid), 1)
@@ -97,7 +126,7 @@ def run_mixed(args, pairs: list[tuple[str, str]], given: list[str] | None) -> di
         process.terminate()
         process.wait(30)
     return {"models": [m["name"] for m in models], "clients_per_model": half,
-            "max_wait_ms": WAIT_MS, "cells": cells,
+            "max_wait_ms": WAIT_MS, "cells": cells, "busy_cores": cores,
             "rss_mb": {"one_model_ready": alone_mb, "two_models_ready": both_mb,
                        "two_models_after": after_mb},
             "summary": mixed_summary(cells, WAIT_MS)}  # fmt: skip

@@ -124,6 +124,13 @@ def test_serve_load_mixed_runs_two_models_alone_and_together(tmp_path):
         assert cell["errors"] == 0 and 0 < cell["requests"] <= 3 and cell["sentences_per_s"] > 0
     memory = mixed["rss_mb"]
     assert 0 < memory["one_model_ready"] < memory["two_models_ready"]
+    cores = mixed["busy_cores"]
+    assert set(cores) == {"logical_cpus", "alone_a", "alone_b", "mixed"}
+    for phase in ("alone_a", "alone_b", "mixed"):  # each phase decoded: the server was busy
+        busy = cores[phase]
+        assert busy["server"] > 0 and busy["clients"] >= 0
+        assert busy["total"] == pytest.approx(busy["server"] + busy["clients"], abs=0.011)
+        assert busy["total"] <= cores["logical_cpus"] + 0.1
     s = mixed["summary"]
     assert s["errors"] == 0 and s["lighter"] in ("a", "b")
     assert s["throughput_mixed_over_alone_a"] > 0 and s["throughput_mixed_over_alone_b"] > 0
