@@ -296,13 +296,20 @@ def test_inference_takes_the_product_measured_faster_for_its_shape(
 
 
 @needs_onednn
-def test_a_model_for_inference_shares_one_choice_and_warm_up_measures_every_shape(onednn):
-    model, _ = fast.for_inference(Transformer(ModelConfig(
-        vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=2, p_drop=0.0
-    )))  # fmt: skip
+def test_models_for_inference_share_one_choice_and_warm_up_measures_every_shape(
+    onednn, monkeypatch
+):  # fmt: skip
+    """Every model of a process reads one `ProductChoice` (two translators of a checkpoint
+    then compute the same bits), and `warm_up` measures each shape a server will meet."""
+    monkeypatch.setattr(linear_module, "shared_choice", lambda: fresh)
+    monkeypatch.setattr(fast, "shared_choice", lambda: fresh)
+    fresh = linear_module.ProductChoice(repeats=1)
+    config = ModelConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=2, p_drop=0.0)
+    model, _ = fast.for_inference(Transformer(config))
+    other, _ = fast.for_inference(Transformer(config))
     linears = [m for m in model.modules() if isinstance(m, OneDnnLinear)]
-    choices = {id(m.choice) for m in linears}
-    assert len(choices) == 1 and linears[0].choice is not None
+    linears += [m for m in other.modules() if isinstance(m, OneDnnLinear)]
+    assert all(m.choice is fresh for m in linears)
     linear_module.warm_up(model)
     shapes = {(tuple(m.weight.shape), m.bias is not None) for m in linears}
     rows = linear_module.inference_rows()

@@ -38,7 +38,7 @@ from aiayn.fast.attention import GroupedAttention
 from aiayn.fast.dropout import CompactDropout, FastResidual
 from aiayn.fast.feedforward import FusedFeedForward
 from aiayn.fast.int8 import quantize_int8
-from aiayn.fast.linear import OneDnnLinear, ProductChoice, warm_up
+from aiayn.fast.linear import OneDnnLinear, shared_choice, warm_up
 from aiayn.fast.loss import ChunkedRealTokenLoss
 from aiayn.fast.search import FastSearch
 from aiayn.loss import RealTokenLoss
@@ -76,7 +76,7 @@ def for_inference(model: Transformer, *, int8: bool = False, long_lived: bool = 
         weight = model.output_weight
         check_int8(weight.device, weight.dtype)
     apply(model.eval())
-    choice = ProductChoice()  # one per model: modules of one shape share what was measured
+    choice = shared_choice()  # the process's: every model computes a shape's products alike
     for module in model.modules():
         if isinstance(module, OneDnnLinear):
             module.choice = choice

@@ -20,6 +20,7 @@ that `torch.compile` traces take PyTorch's own product.
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Callable
 
@@ -32,20 +33,25 @@ from torch import Tensor, nn
 class ProductChoice:
     """Per inference shape (bucketed rows, weight shape, bias), whether oneDNN's product is
     the faster: measured at the shape's first product, the best of `repeats` timed calls of
-    each library on zeros of that shape, and kept. Where the two are close the pick may
-    differ between processes, and with it the last bits of the products (see above)."""
+    each library on zeros of that shape, and kept. `shared_choice()` is the one every model
+    of a process uses, so that two translators of one checkpoint compute the same bits;
+    where the two libraries are close the pick may differ between processes, and with it
+    the last bits of the products (see above)."""
 
     def __init__(self, repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> None:
         self.repeats, self.clock = repeats, clock
         self.onednn: dict[tuple, bool] = {}  # shape -> oneDNN is the faster
+        self._lock = threading.Lock()  # one measurement at a time (a server's model threads)
 
     def use_onednn(self, rows: int, weight: Tensor, bias: Tensor | None) -> bool:
         key = (bucket_rows(rows), tuple(weight.shape), bias is not None)
         if key not in self.onednn:
-            x = weight.new_zeros(key[0], weight.size(1))  # (rows, in)
-            onednn = self._best(lambda: _onednn_linear(x, weight, bias))
-            mkl = self._best(lambda: F.linear(x, weight, bias))  # PyTorch's own: MKL's on x86
-            self.onednn[key] = onednn < mkl
+            with self._lock:
+                if key not in self.onednn:
+                    x = weight.new_zeros(key[0], weight.size(1))  # (rows, in)
+                    onednn = self._best(lambda: _onednn_linear(x, weight, bias))
+                    mkl = self._best(lambda: F.linear(x, weight, bias))  # PyTorch's: MKL's on x86
+                    self.onednn[key] = onednn < mkl
         return self.onednn[key]
 
     def _best(self, product: Callable[[], Tensor]) -> float:
@@ -56,6 +62,13 @@ class ProductChoice:
             product()
             times.append(self.clock() - start)
         return min(times)
+
+
+@functools.cache
+def shared_choice() -> ProductChoice:
+    """The process's `ProductChoice`: what was measured on this machine holds for every
+    model the process loads (a property of the CPU and the libraries, not of a model)."""
+    return ProductChoice()
 
 
 class OneDnnLinear(nn.Linear):
