@@ -61,7 +61,8 @@ TEMPLATES = (DOCS / "templates", ROOT / "benchmarks" / "templates")  # the block
 READMES = {"summary": ROOT / "benchmarks" / "README.md", "results": ROOT / "README.md",
            "results_details": DOCS / "results.md", "extrapolation": DOCS / "experiments.md",
            "table3": DOCS / "experiments.md", "alignment": DOCS / "translate.md",
-           "finetune": DOCS / "export.md", "cleaning": DOCS / "cleaning.md"}
+           "finetune": DOCS / "export.md", "cleaning": DOCS / "cleaning.md",
+           "serve_mixed": DOCS / "serve-many.md"}
 OWN_OPTIONS = ("--note", "--results-dir", "--out", "--json-out")  # where and why: not part of a variant
 
 
@@ -635,6 +636,26 @@ def cleaning_text(records: list[dict], bench: str = "../benchmarks/") -> str:
                   machine=machine(record), link=_link(record, f"{bench}results/"))  # fmt: skip
 
 
+IDLE_CORE = 0.25  # cores left idle in the mixed phase above which the cores were not the limit
+
+
+def serve_mixed_text(records: list[dict], bench: str = "../benchmarks/") -> str:
+    """The serve-many page's account of the latest `serve_load.py --mixed` result: each
+    model alone and both at once, the targets, and the cores kept busy, whose words say
+    whether the mixed phase was short of cores or of something else."""
+    runs = [r for r in published(records)
+            if r["meta"]["script"] == "serve_load" and "mixed" in r["result"]]  # fmt: skip
+    if not runs:
+        return none_yet("serve_load")
+    record = runs[-1]
+    m = record["result"]["mixed"]
+    cores = m.get("busy_cores")
+    idle = cores and cores["logical_cpus"] - cores["mixed"]["total"]
+    return render("serve_mixed", r=record["result"], m=m, cores=cores, idle=idle,
+                  idle_core=IDLE_CORE, machine=machine(record),
+                  link=_link(record, f"{bench}results/"))  # fmt: skip
+
+
 def _table3_runs(records: list[dict]) -> list[dict]:
     """`table3.py run` results (not its costs stage), oldest first."""
     return [r for r in records if r["meta"]["script"] == "table3" and "rows" in r["result"]]
@@ -722,7 +743,8 @@ def replace_between(text: str, name: str, body: str, where: str = "README") -> s
 MAKERS = {"summary": summary_tables, "results": results_table,
           "results_details": results_details, "extrapolation": extrapolation_text,
           "alignment": alignment_text, "table3": table3_text,
-          "finetune": finetune_text, "cleaning": cleaning_text}  # fmt: skip  # marker -> maker
+          "finetune": finetune_text, "cleaning": cleaning_text,
+          "serve_mixed": serve_mixed_text}  # fmt: skip  # marker -> maker
 
 
 def readmes(records: list[dict], readme_paths: dict[str, Path] = READMES) -> dict[Path, str]:

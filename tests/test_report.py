@@ -504,3 +504,39 @@ def test_parse_demo_row_gives_the_strict_f1_and_evalbs_beside_it():
     assert rows["sentences: valid / error / skip"] == "269 / 31 / 0 of 300"
     no_f1 = {**PARSE_DEMO, "evalb": {**PARSE_DEMO["evalb"], "f1": None}}
     assert dict(report.figures({**record, "result": no_f1}))["EVALB (COLLINS.prm) F1"] == "none"
+
+
+def _mixed(mixed_total: float | None) -> dict:
+    """A serve_load.py --mixed result; `mixed_total`: the cores kept busy both at once (None:
+    a result from before the cores were measured)."""
+    cell = {"alone_a": (40.0, 350.0, 670.0), "alone_b": (41.0, 378.0, 547.5),
+            "mixed_a": (30.0, 520.0, 1000.0), "mixed_b": (27.5, 576.0, 892.0)}
+    mixed = {"models": ["en-de", "de-en"], "clients_per_model": 16, "max_wait_ms": 10,
+             "cells": {k: {"sentences_per_s": s, "p50_ms": p50, "p99_ms": p99}
+                       for k, (s, p50, p99) in cell.items()},
+             "rss_mb": {"one_model_ready": 480.0, "two_models_ready": 580.0},
+             "summary": {"throughput_mixed_over_alone_a": 0.75, "throughput_mixed_over_alone_b": 0.67,
+                         "lighter_p99_ms_mixed": 892.0, "lighter_p99_bound_ms": 913.5,
+                         "p99_target_met": True}}  # fmt: skip
+    if mixed_total is not None:
+        one = {"server": 0.98, "clients": 0.02, "total": 1.0}
+        mixed["busy_cores"] = {"logical_cpus": 2, "alone_a": one, "alone_b": one,
+                               "mixed": {"server": mixed_total, "clients": 0.0, "total": mixed_total}}
+    result = {"server_threads": 1, "mixed": mixed}
+    return {**_record("serve_load", "2026-01-01T00:00:00Z", result), "file": "load.json"}
+
+
+def test_the_serve_many_page_reads_the_mixed_run_and_says_what_held_it_back():
+    gil = report.serve_mixed_text([_mixed(1.5)])
+    assert "| sentences/s both at once | 30 | 27.5 |" in gil
+    assert "| both at once / alone (target 0.8) | 0.75 | 0.67 |" in gil
+    assert "| p50 / p99 ms both at once | 520 / 1000 | 576 / 892 |" in gil
+    assert "892 ms, is within its bound of 913.5 ms" in gil
+    assert "1.00 with en-de alone, 1.00 with de-en alone and 1.50 with both" in gil
+    assert "left 0.50 of a core idle" in gil and "interpreter lock" in gil
+    busy = report.serve_mixed_text([_mixed(1.9)])
+    assert "there the cores were the limit" in busy and "interpreter lock" not in busy
+    older = report.serve_mixed_text([_mixed(None)])
+    assert "Cores kept busy" not in older and "[2026-01-01, abc1234](../benchmarks/results/load.json)" in older
+    plain = _record("serve_load", "2026-01-01T00:00:00Z", {"server_threads": 1})  # no --mixed
+    assert report.serve_mixed_text([{**plain, "file": "x.json"}]) == report.none_yet("serve_load")
