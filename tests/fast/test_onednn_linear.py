@@ -3,6 +3,7 @@ faster, PyTorch's own elsewhere, with the same values and gradients either way."
 
 from __future__ import annotations
 
+import copy
 import pytest
 import torch
 import torch.nn.functional as F
@@ -310,6 +311,7 @@ def test_models_for_inference_share_one_choice_and_warm_up_measures_every_shape(
     linears = [m for m in model.modules() if isinstance(m, OneDnnLinear)]
     linears += [m for m in other.modules() if isinstance(m, OneDnnLinear)]
     assert all(m.choice is fresh for m in linears)
+    assert copy.deepcopy(fresh) is fresh  # a copied model reads the same measurements
     linear_module.warm_up(model)
     shapes = {(tuple(m.weight.shape), m.bias is not None) for m in linears}
     rows = linear_module.inference_rows()

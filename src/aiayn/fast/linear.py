@@ -43,6 +43,11 @@ class ProductChoice:
         self.onednn: dict[tuple, bool] = {}  # shape -> oneDNN is the faster
         self._lock = threading.Lock()  # one measurement at a time (a server's model threads)
 
+    def __deepcopy__(self, memo: dict) -> ProductChoice:
+        """A copied model reads the same measurements: they are the machine's, not the
+        model's (and the lock cannot be copied)."""
+        return self
+
     def use_onednn(self, rows: int, weight: Tensor, bias: Tensor | None) -> bool:
         key = (bucket_rows(rows), tuple(weight.shape), bias is not None)
         if key not in self.onednn:
