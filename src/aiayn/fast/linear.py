@@ -9,8 +9,8 @@ both transposed operands. `benchmarks/step_breakdown.py` measures the products i
 
 At inference the rows are few (a decoder step multiplies beam x sentences rows), and there
 neither library wins everywhere: oneDNN's fixed cost per call loses to MKL on small shapes,
-and wins on large weights. So inference asks a `ProductChoice` (one per model, set by
-`fast.for_inference`), which times both products once per shape and keeps the faster.
+and wins on large weights. So inference asks a `ProductChoice` (the process's, set on each
+model by `fast.for_inference`), which times both products once per shape and keeps the faster.
 
 Both are float32 products, accumulated in float32 in different orders: they differ in the
 last bits, as two block sizes of one library do. Float64, autocast, other devices and code
@@ -79,7 +79,7 @@ def shared_choice() -> ProductChoice:
 class OneDnnLinear(nn.Linear):
     """`nn.Linear` whose product is `linear` below; the same parameters and state dict.
     `max_rows`: see `linear` (None, the default, until `warm_up` sets it); `choice`: the
-    model's `ProductChoice` at inference (None: oneDNN wherever `onednn_products`)."""
+    process's `ProductChoice` at inference (None: oneDNN wherever `onednn_products`)."""
 
     max_rows: int | None = None
     choice: ProductChoice | None = None
@@ -162,7 +162,7 @@ def warm_up(model: nn.Module) -> int:
     `bucket_rows`); for a process that serves for long, as `aiayn serve` does. Products of
     one shape share their kernels. -> the number of shapes visited (0 where oneDNN is not
     used)."""
-    weights, choice = [], None  # (weight, bias) of each product; the model's ProductChoice
+    weights, choice = [], None  # (weight, bias) of each product; the modules' ProductChoice
     for module in model.modules():
         if isinstance(module, OneDnnLinear):
             weights.append((module.weight, module.bias))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch
 
 from aiayn.analysis.heads_output import read_report
 from aiayn.checkpoint import Checkpoint
+from aiayn.data.vocab import cpu_threads
 from aiayn.errors import ConfigError
 from aiayn.model.transformer import parameter_count
 from aiayn.serve.batcher import Batcher, Job, NotReady, QueueFull, Turns
@@ -78,8 +78,7 @@ def batch_slots(config: ServeConfig) -> int:
     if torch.device(config.device).type != "cpu":
         return 1
     threads = config.threads or torch.get_num_threads()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, (cores or 1) // threads)
+    return max(1, cpu_threads() // threads)
 
 
 class ApiError(Exception):
