@@ -290,7 +290,7 @@ def test_inference_takes_the_product_measured_faster_for_its_shape(
             x = torch.randn(rows, 16)
             out = linear(x, weight, bias, choice=choice)
             torch.testing.assert_close(out, x @ weight.T + bias, rtol=1e-5, atol=1e-5)
-    assert choice.onednn == {(8, (24, 16), True): uses_onednn}
+    assert choice.onednn == {(8, (24, 16), True, torch.get_num_threads()): uses_onednn}
     measured = 1 + 3  # one untimed call (the kernel's first) and `repeats` timed ones
     assert clock.calls == {"onednn": measured + 4 * uses_onednn,
                            "mkl": measured + 4 * (not uses_onednn)}  # fmt: skip
@@ -315,7 +315,56 @@ def test_models_for_inference_share_one_choice_and_warm_up_measures_every_shape(
     linear_module.warm_up(model)
     shapes = {(tuple(m.weight.shape), m.bias is not None) for m in linears}
     rows = linear_module.inference_rows()
-    assert set(linears[0].choice.onednn) == {(n, *shape) for n in rows for shape in shapes}
+    threads = torch.get_num_threads()
+    assert set(linears[0].choice.onednn) == {(n, *shape, threads) for n in rows for shape in shapes}
     core = Transformer(ModelConfig(vocab_size=40, d_model=16, n_heads=2, d_ff=32, n_layers=1))
     training = fast.for_training(RealTokenLoss(core, 0.1))
     assert all(m.choice is None for m in training.modules() if isinstance(m, OneDnnLinear))
+
+
+@needs_onednn
+def test_processes_read_one_table_of_choices(onednn, monkeypatch, tmp_path):
+    """What one process measured, another reads from the table instead of measuring (so
+    that a server's model process and a test pick alike); a table that cannot be read is
+    measured anew and written again."""
+    table = tmp_path / "cache" / "products.json"
+    weight, bias = torch.randn(24, 16), torch.randn(24)
+    first_clock = _Clock(0.001, 0.01, monkeypatch)
+    first = linear_module.ProductChoice(repeats=2, clock=first_clock, table=table)
+    with torch.no_grad():
+        linear(torch.randn(5, 16), weight, bias, choice=first)
+        linear(torch.randn(20, 16), weight, None, choice=first)
+    assert len(first.onednn) == 2 and table.is_file()
+    second_clock = _Clock(1.0, 0.01, monkeypatch)  # would pick MKL if it measured
+    second = linear_module.ProductChoice(repeats=2, clock=second_clock, table=table)
+    with torch.no_grad():
+        linear(torch.randn(7, 16), weight, bias, choice=second)
+    assert second.onednn == first.onednn and all(first.onednn.values())
+    assert second_clock.calls["mkl"] == 0  # read, not measured
+    table.write_text("{not json", encoding="utf-8")
+    third = linear_module.ProductChoice(repeats=2, clock=_Clock(1.0, 0.01, monkeypatch),
+                                        table=table)  # fmt: skip
+    with torch.no_grad():
+        linear(torch.randn(7, 16), weight, bias, choice=third)
+    assert list(third.onednn.values()) == [False]  # measured again: MKL is faster now
+    assert linear_module.read_table(table) == third.onednn
+
+
+def test_the_table_is_named_by_the_machine_and_the_kernels_it_may_use(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    default = linear_module.choice_table()
+    assert default.parent == tmp_path / "aiayn" and default.suffix == ".json"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert linear_module.choice_table() != default
+    assert linear_module.choice_table().parent == default.parent
+
+
+def test_an_unwritable_cache_keeps_the_choices_in_the_process(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory", encoding="utf-8")
+    table = blocked / "products.json"  # its directory cannot be made
+    choice = linear_module.ProductChoice(repeats=1, table=table)
+    weight = torch.randn(24, 16)
+    first = choice.use_onednn(3, weight, None)
+    assert choice.use_onednn(3, weight, None) == first and not table.exists()

@@ -10,7 +10,9 @@ both transposed operands. `benchmarks/step_breakdown.py` measures the products i
 At inference the rows are few (a decoder step multiplies beam x sentences rows), and there
 neither library wins everywhere: oneDNN's fixed cost per call loses to MKL on small shapes,
 and wins on large weights. So inference asks a `ProductChoice` (the process's, set on each
-model by `fast.for_inference`), which times both products once per shape and keeps the faster.
+model by `fast.for_inference`), which times both products once per shape and keeps the faster,
+in a table on disk that every process of this machine and these libraries reads
+(`choice_table`): a server's model process, `aiayn translate` and a test then pick alike.
 
 Both are float32 products, accumulated in float32 in different orders: they differ in the
 last bits, as two block sizes of one library do. Float64, autocast, other devices and code
@@ -20,9 +22,14 @@ that `torch.compile` traces take PyTorch's own product.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -31,15 +38,20 @@ from torch import Tensor, nn
 
 
 class ProductChoice:
-    """Per inference shape (bucketed rows, weight shape, bias), whether oneDNN's product is
-    the faster: measured at the shape's first product, the best of `repeats` timed calls of
-    each library on zeros of that shape, and kept. `shared_choice()` is the one every model
-    of a process uses, so that two translators of one checkpoint compute the same bits;
-    where the two libraries are close the pick may differ between processes, and with it
-    the last bits of the products (see above)."""
+    """Per inference shape (bucketed rows, weight shape, bias, torch's threads), whether
+    oneDNN's product is the faster: measured at the shape's first product, the best of
+    `repeats` timed calls of each library on zeros of that shape, and kept. `shared_choice()`
+    is the one every model of a process uses, so that two translators of one checkpoint
+    compute the same bits. With a `table` file, what any process measured is read before
+    measuring and written after, one process at a time, so that processes pick alike too
+    (where the two libraries are close, two measurements could pick differently, and with
+    them the last bits of the products: see above)."""
 
-    def __init__(self, repeats: int = 5, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.repeats, self.clock = repeats, clock
+    def __init__(
+        self, repeats: int = 5, clock: Callable[[], float] = time.perf_counter,
+        table: Path | None = None,
+    ) -> None:  # fmt: skip
+        self.repeats, self.clock, self.table = repeats, clock, table
         self.onednn: dict[tuple, bool] = {}  # shape -> oneDNN is the faster
         self._lock = threading.Lock()  # one measurement at a time (a server's model threads)
 
@@ -49,14 +61,16 @@ class ProductChoice:
         return self
 
     def use_onednn(self, rows: int, weight: Tensor, bias: Tensor | None) -> bool:
-        key = (bucket_rows(rows), tuple(weight.shape), bias is not None)
+        key = (bucket_rows(rows), tuple(weight.shape), bias is not None, torch.get_num_threads())
         if key not in self.onednn:
-            with self._lock:
+            with self._lock, _file_lock(self.table):
+                self.onednn.update(read_table(self.table))  # another process's measurements
                 if key not in self.onednn:
                     x = weight.new_zeros(key[0], weight.size(1))  # (rows, in)
                     onednn = self._best(lambda: _onednn_linear(x, weight, bias))
                     mkl = self._best(lambda: F.linear(x, weight, bias))  # PyTorch's: MKL's on x86
                     self.onednn[key] = onednn < mkl
+                    write_table(self.table, self.onednn)
         return self.onednn[key]
 
     def _best(self, product: Callable[[], Tensor]) -> float:
@@ -72,8 +86,82 @@ class ProductChoice:
 @functools.cache
 def shared_choice() -> ProductChoice:
     """The process's `ProductChoice`: what was measured on this machine holds for every
-    model the process loads (a property of the CPU and the libraries, not of a model)."""
-    return ProductChoice()
+    model the process loads (a property of the CPU and the libraries, not of a model), and
+    for every process that reads its `choice_table()`."""
+    return ProductChoice(table=choice_table())
+
+
+def choice_table(cache: Path | None = None) -> Path:
+    """Where the measured choices of this machine and these libraries are kept: a JSON file
+    in the user's cache directory (`$XDG_CACHE_HOME/aiayn`, else `~/.cache/aiayn`), named by
+    a hash of the CPU's model, the kernels torch and oneDNN may use (ATEN_CPU_CAPABILITY,
+    ONEDNN_MAX_CPU_ISA) and torch's version, so that a change of any of them measures anew.
+    Deleting the file also does."""
+    if cache is None:
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "aiayn"
+    machine = [cpu_field("model name"), torch.backends.cpu.get_cpu_capability(),
+               os.environ.get("ONEDNN_MAX_CPU_ISA", ""), torch.__version__]  # fmt: skip
+    digest = hashlib.sha256("|".join(machine).encode()).hexdigest()[:16]
+    return cache / f"products-{digest}.json"
+
+
+def _table_key(key: tuple) -> str:
+    rows, (out, inp), bias, threads = key
+    return f"{rows} {out} {inp} {int(bias)} {threads}"
+
+
+def read_table(table: Path | None) -> dict[tuple, bool]:
+    """The choices in `table` ({} where there is none, or it cannot be read: measured anew)."""
+    if table is None:
+        return {}
+    try:
+        data = json.loads(table.read_text(encoding="utf-8"))
+        out = {}
+        for text, onednn in data["onednn"].items():
+            rows, o, i, bias, threads = (int(v) for v in text.split())
+            out[(rows, (o, i), bool(bias), threads)] = bool(onednn)
+        return out
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def write_table(table: Path | None, choices: dict[tuple, bool]) -> None:
+    """`choices` into `table`, whole (the caller read it first), replaced at once; where
+    the cache cannot be written the choices stay this process's only."""
+    if table is None:
+        return
+    data = {"onednn": {_table_key(k): v for k, v in sorted(choices.items())}}
+    try:
+        table.parent.mkdir(parents=True, exist_ok=True)
+        part = table.with_name(f"{table.name}.{os.getpid()}.part")
+        part.write_text(json.dumps(data, indent=0), encoding="utf-8")
+        os.replace(part, table)
+    except OSError:
+        pass
+
+
+@contextmanager
+def _file_lock(table: Path | None) -> Iterator[None]:
+    """One process at a time reads, measures and writes `table` (where the system has
+    `fcntl`, and the cache can be written): two processes then never measure one shape
+    twice, nor pick it differently."""
+    if table is None:
+        yield
+        return
+    try:
+        import fcntl
+
+        table.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(table.with_name(table.name + ".lock"), "a")
+    except (ImportError, OSError):  # no fcntl (Windows), or no writable cache
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class OneDnnLinear(nn.Linear):
@@ -216,11 +304,16 @@ def onednn_faster_here() -> bool:
 def cpu_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
     """The x86 vendor string ("GenuineIntel", "AuthenticAMD", ...), or "" where the system
     does not say (no /proc/cpuinfo, or a CPU that is not x86)."""
+    return cpu_field("vendor_id", cpuinfo)
+
+
+def cpu_field(name: str, cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The first processor's `name` field in /proc/cpuinfo ("" where there is none)."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as lines:
             for line in lines:
                 key, _, value = line.partition(":")
-                if key.strip() == "vendor_id":
+                if key.strip() == name:
                     return value.strip()
     except OSError:
         pass
