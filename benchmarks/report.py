@@ -651,7 +651,9 @@ def serve_mixed_text(records: list[dict], bench: str = "../benchmarks/") -> str:
     m = record["result"]["mixed"]
     cores = m.get("busy_cores")
     idle = cores and cores["logical_cpus"] - cores["mixed"]["total"]
-    return render("serve_mixed", r=record["result"], m=m, cores=cores, idle=idle,
+    # results from before `--worker` decoded every model in the server's own process
+    worker = record["result"].get("server_worker", "thread")
+    return render("serve_mixed", r=record["result"], m=m, cores=cores, idle=idle, worker=worker,
                   idle_core=IDLE_CORE, machine=machine(record),
                   link=_link(record, f"{bench}results/"))  # fmt: skip
 

@@ -69,9 +69,11 @@ def demo_test_pairs() -> list[tuple[str, str]]:
     return demo_splits(**DEMO_SIZES).test
 
 
-def start_server(checkpoint: str, threads: int, options: list[str]) -> tuple[subprocess.Popen, int]:
+def start_server(args, checkpoint: str, options: list[str]) -> tuple[subprocess.Popen, int]:
+    """`aiayn serve` of `checkpoint` with `args.threads` and `args.worker`, and `options`."""
     command = [sys.executable, "-m", "aiayn", "serve", "--checkpoint", checkpoint, "--port",
-               "0", "--threads", str(threads), "--max-queue", "100000", *options]  # fmt: skip
+               "0", "--threads", str(args.threads), "--worker", args.worker, "--max-queue",
+               "100000", *options]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     line = process.stdout.readline()
     port = int(re.search(r"127\.0\.0\.1:(\d+)", line).group(1))
@@ -139,11 +141,32 @@ def _get(port: int, path: str) -> tuple[int, dict]:
         conn.close()
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (a server's model workers: `aiayn serve --worker process`)."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # a process that ended while we looked
+        parents.setdefault(ppid, []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += parents.get(tree[-1], [])
+    return tree
+
+
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """Resident MB of process `pid` and its descendants, together."""
+    total = 0.0
+    for each in process_tree(pid):
+        try:
+            lines = Path(f"/proc/{each}/status").read_text().splitlines()
+        except OSError:
+            continue
+        total += sum(int(line.split()[1]) / 1024 for line in lines if line.startswith("VmRSS:"))
+    return total if total else float("nan")
 
 
 def run_cell(
@@ -212,7 +235,7 @@ def run_cells(args, name: str, sentences: list[str], process, port: int, shape) 
 
 
 def run_mode(args, name: str, sentences: list[str]) -> dict:
-    process, port = start_server(args.checkpoint, args.threads, MODES[name])
+    process, port = start_server(args, args.checkpoint, MODES[name])
     try:
         cells = run_cells(args, name, sentences, process, port, v1_request)
         stats = _get(port, "/info")[1]["stats"]
@@ -244,6 +267,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="per cell (20)")
     parser.add_argument("--max-requests", type=int, default=3000, help="per cell (3000)")
     parser.add_argument("--threads", type=int, default=2, help="the server's torch threads (2)")
+    parser.add_argument("--worker", choices=("process", "thread"), default="process",
+                        help="where the server's models decode (aiayn serve --worker)")
     parser.add_argument("--sentences", metavar="FILE",
                         help="one a line (default: the demo test split's English, generated)")
     parser.add_argument("--libretranslate", metavar="EXE",
@@ -266,6 +291,7 @@ def main() -> None:
     report = {"checkpoint": args.checkpoint, "seconds_per_cell": args.seconds,
               "load_average_at_start": list(os.getloadavg()),
               "max_requests_per_cell": args.max_requests, "server_threads": args.threads,
+              "server_worker": args.worker,
               "modes": {name: run_mode(args, name, sentences) for name in MODES}}  # fmt: skip
     if args.libretranslate:
         report["peers"] = {"libretranslate": run_libretranslate(args, sentences)}

@@ -28,7 +28,7 @@ import threading
 import time
 from pathlib import Path
 
-from serve_load import _get, rss_mb, run_cell, start_server
+from serve_load import _get, process_tree, rss_mb, run_cell, start_server
 
 WAIT_MS = 10  # --max-wait-ms of the server (the default's)
 
@@ -74,9 +74,16 @@ def _together(jobs: list) -> list[dict]:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process `pid` so far, all its threads (/proc/PID/stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    """User + system CPU seconds so far of process `pid` and its descendants (the server's
+    model workers), all their threads (/proc/PID/stat)."""
+    total = 0
+    for each in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended while we looked
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def busy_cores(server_pid: int, phase) -> tuple[object, dict]:
@@ -93,7 +100,7 @@ def busy_cores(server_pid: int, phase) -> tuple[object, dict]:
 
 def resident_mb_alone(args) -> float:
     """A one-model server of A's resident MB once ready (then stopped)."""
-    process, _ = start_server(args.checkpoint, args.threads, ["--max-wait-ms", str(WAIT_MS)])
+    process, _ = start_server(args, args.checkpoint, ["--max-wait-ms", str(WAIT_MS)])
     try:
         return round(rss_mb(process.pid), 1)
     finally:
@@ -105,7 +112,7 @@ def run_mixed(args, pairs: list[tuple[str, str]], given: list[str] | None) -> di
     """The three cells on one server of A and B, the memory figures and the summary."""
     alone_mb = resident_mb_alone(args)
     options = ["--checkpoint", args.mixed, "--max-wait-ms", str(WAIT_MS)]
-    process, port = start_server(args.checkpoint, args.threads, options)
+    process, port = start_server(args, args.checkpoint, options)
     try:
         both_mb = round(rss_mb(process.pid), 1)
         models = _get(port, "/info")[1]["models"]

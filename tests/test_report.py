@@ -506,9 +506,10 @@ def test_parse_demo_row_gives_the_strict_f1_and_evalbs_beside_it():
     assert dict(report.figures({**record, "result": no_f1}))["EVALB (COLLINS.prm) F1"] == "none"
 
 
-def _mixed(mixed_total: float | None) -> dict:
+def _mixed(mixed_total: float | None, worker: str | None = None) -> dict:
     """A serve_load.py --mixed result; `mixed_total`: the cores kept busy both at once (None:
-    a result from before the cores were measured)."""
+    a result from before the cores were measured); `worker`: the server's `--worker` (None:
+    a result from before the flag, whose models decoded in threads)."""
     cell = {"alone_a": (40.0, 350.0, 670.0), "alone_b": (41.0, 378.0, 547.5),
             "mixed_a": (30.0, 520.0, 1000.0), "mixed_b": (27.5, 576.0, 892.0)}
     mixed = {"models": ["en-de", "de-en"], "clients_per_model": 16, "max_wait_ms": 10,
@@ -523,6 +524,8 @@ def _mixed(mixed_total: float | None) -> dict:
         mixed["busy_cores"] = {"logical_cpus": 2, "alone_a": one, "alone_b": one,
                                "mixed": {"server": mixed_total, "clients": 0.0, "total": mixed_total}}
     result = {"server_threads": 1, "mixed": mixed}
+    if worker is not None:
+        result["server_worker"] = worker
     return {**_record("serve_load", "2026-01-01T00:00:00Z", result), "file": "load.json"}
 
 
@@ -534,6 +537,11 @@ def test_the_serve_many_page_reads_the_mixed_run_and_says_what_held_it_back():
     assert "892 ms, is within its bound of 913.5 ms" in gil
     assert "1.00 with en-de alone, 1.00 with de-en alone and 1.50 with both" in gil
     assert "left 0.50 of a core idle" in gil and "interpreter lock" in gil
+    assert "`--worker thread`" in gil and "`--worker process` gives each model" in gil
+    assert report.serve_mixed_text([_mixed(1.5, "thread")]) == gil
+    apart = report.serve_mixed_text([_mixed(1.5, "process")])
+    assert "`--worker process`" in apart and "interpreter lock" not in apart
+    assert "left 0.50 of a core idle, each model decoding in its own process" in apart
     busy = report.serve_mixed_text([_mixed(1.9)])
     assert "there the cores were the limit" in busy and "interpreter lock" not in busy
     older = report.serve_mixed_text([_mixed(None)])

@@ -179,7 +179,8 @@ def test_once_ready_no_batch_size_makes_onednn_build_a_new_kernel(ckpt, monkeypa
     # every shape on oneDNN, whatever `ProductChoice` would measure on this machine
     monkeypatch.setattr(linear_module.ProductChoice, "use_onednn", lambda self, *shape: True)
     shapes = onednn_shapes
-    with running(ServeConfig(str(ckpt), max_beam=9)) as (url, service):
+    # the model in this process (`--worker thread`), where its kernels can be counted
+    with running(ServeConfig(str(ckpt), max_beam=9, worker="thread")) as (url, service):
         built = len(shapes)
         for n, beam in [(1, 1), (7, 3), (23, 4), (64, 9)]:
             texts = [SENTENCES[i % len(SENTENCES)] for i in range(n)]

@@ -297,6 +297,9 @@ class Sleepy:
         Sleepy.running -= 1
         return list(sources)
 
+    def close(self):
+        pass
+
 
 def test_models_take_turns_and_none_waits_behind_a_queue_of_another():
     """A light model's request, sent behind 15 batches of a heavy one (0.2 s each), runs

@@ -507,6 +507,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, ... (cpu)")
     p.add_argument("--int8", action="store_true", help="int8 weights (CPU, float32 only)")
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads (torch's default)")
+    p.add_argument("--worker", choices=("process", "thread"), default="process",
+                   help="where each model decodes: a process of its own, so that models and "
+                   "the HTTP layer do not take turns on one interpreter (process), or a thread "
+                   "of the server's (thread)")
     p.add_argument("--src-lang", help="source language code, if the checkpoint names none")
     p.add_argument("--tgt-lang", help="target language code, if the checkpoint names none")
     p.add_argument("--api-keys", metavar="FILE",

@@ -29,7 +29,7 @@ import torch
 
 from aiayn import fast
 from aiayn.checkpoint import load_checkpoint
-from aiayn.config import DecodeConfig
+from aiayn.config import DecodeConfig, ModelConfig
 from aiayn.data.batching import longest_first_batches
 from aiayn.data.vocab import Vocab
 from aiayn.decode.search import Search, output_limits
@@ -134,28 +134,8 @@ class Translator:
         return self.hypotheses_of(self.encode(texts))
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Each text's source ids as the model reads them: its pieces and eos, truncated
-        (with a warning) to `model.max_len` positions; [] for an empty or blank text.
-
-        Learned positions end there; sinusoids would go on, but attention memory grows with
-        the square of the length, so a runaway line (say 1 MB of text) would otherwise fail
-        deep inside torch, or exhaust memory, instead of giving its one output line.
-        """
-        todo = [i for i, text in enumerate(texts) if text.strip()]
-        ids: list[list[int]] = [[] for _ in texts]
-        eos, config = self.src_vocab.eos_id, self.model.config
-        for i, pieces in zip(todo, self.src_vocab.encode_batch([texts[i] for i in todo])):
-            ids[i] = pieces + [eos]
-        long = [len(x) for x in ids if len(x) > config.max_len]
-        if long:
-            kind = "learned positions" if config.positional == "learned" else "positions"
-            warnings.warn(
-                f"{len(long)} input(s) longer than the model's {config.max_len} {kind} "
-                f"(model.max_len={config.max_len}; the longest has {max(long)} tokens, "
-                f"eos included) were truncated to {config.max_len} tokens",
-                stacklevel=3,
-            )
-        return [x if len(x) <= config.max_len else x[: config.max_len - 1] + x[-1:] for x in ids]
+        """Each text's source ids as the model reads them (`source_ids`)."""
+        return source_ids(self.src_vocab, self.model.config, texts)
 
     def hypotheses_of(self, ids: Sequence[list[int]]) -> list[list[Hypothesis]]:
         """`hypotheses` of sources already encoded (`encode`): length-sorted token batches,
@@ -229,3 +209,28 @@ def _write_chunk(
         out.writelines(one_line(text) + "\n" for text in translator.translate(chunk))
     out.flush()
     return first + len(chunk)
+
+
+def source_ids(vocab: Vocab, config: ModelConfig, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's source ids as a model of `config` reads them: its pieces and eos,
+    truncated (with a warning) to `config.max_len` positions; [] for an empty or blank text.
+    A server encodes requests with it before they queue, without the model's weights.
+
+    Learned positions end there; sinusoids would go on, but attention memory grows with
+    the square of the length, so a runaway line (say 1 MB of text) would otherwise fail
+    deep inside torch, or exhaust memory, instead of giving its one output line.
+    """
+    todo = [i for i, text in enumerate(texts) if text.strip()]
+    ids: list[list[int]] = [[] for _ in texts]
+    for i, pieces in zip(todo, vocab.encode_batch([texts[i] for i in todo])):
+        ids[i] = pieces + [vocab.eos_id]
+    long = [len(x) for x in ids if len(x) > config.max_len]
+    if long:
+        kind = "learned positions" if config.positional == "learned" else "positions"
+        warnings.warn(
+            f"{len(long)} input(s) longer than the model's {config.max_len} {kind} "
+            f"(model.max_len={config.max_len}; the longest has {max(long)} tokens, "
+            f"eos included) were truncated to {config.max_len} tokens",
+            stacklevel=4,
+        )
+    return [x if len(x) <= config.max_len else x[: config.max_len - 1] + x[-1:] for x in ids]

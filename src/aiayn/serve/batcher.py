@@ -1,6 +1,7 @@
 """Dynamic batching: concurrent requests gathered into token-budget batches for one worker.
 
-The model runs in one worker thread, never in the server's event loop. A request becomes a
+The model runs in one worker thread (which may hand each batch to the model's own process:
+`worker.py`), never in the server's event loop. A request becomes a
 `Job` (its sentences and decoding options) in a queue; the worker takes the oldest job and
 adds the jobs behind it that decode with the same options until the batch would pass
 `max_batch_tokens` padded source tokens (the longest sentence times the sentences, as
@@ -31,6 +32,9 @@ class Runner(Protocol):
     """What the worker calls: one batch of sentences, all with the same `options`."""
 
     def run(self, sources: Sequence[Any], options: Hashable, extras: Sequence[Any]) -> list: ...
+
+    def close(self) -> None:
+        """Free what the runner holds (its process, say); the worker calls it as it stops."""
 
 
 @dataclass
@@ -168,11 +172,11 @@ class Batcher:
             return
         with self._cond:
             self.ready = True
-        while True:
-            batch = self._next_batch()
-            if batch is None:
-                return
-            self._run(runner, batch)
+        try:
+            while (batch := self._next_batch()) is not None:
+                self._run(runner, batch)
+        finally:
+            runner.close()
 
     def _cost(self, jobs: list[Job]) -> int:
         """Padded source tokens of `jobs` decoded as one batch: longest x sentences."""

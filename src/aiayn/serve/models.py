@@ -13,7 +13,7 @@ languages (and no --src-lang / --tgt-lang gave them) it translates whatever pair
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,7 +24,6 @@ from aiayn.errors import ConfigError
 if TYPE_CHECKING:
     from aiayn.config import Config
     from aiayn.serve.batcher import Batcher
-    from aiayn.translate import Translator
 
 PIVOT = "en"  # the language a pair without its own model is translated through
 Pair = tuple[str | None, str | None]
@@ -60,13 +59,15 @@ def checkpoint_paths(given: str | Sequence[str]) -> list[str]:
 
 @dataclass
 class Model:
-    """One checkpoint of the service: its pair, its batcher, its translator once loaded."""
+    """One checkpoint of the service: its pair, its batcher, and once loaded its encoder."""
 
     path: str
     config: Config
     pair: Pair
     batcher: Batcher | None = None
-    translator: Translator | None = None  # set by the worker once loaded
+    # texts -> source ids (`translate.source_ids`), set once loaded: requests are encoded
+    # in the server, before they queue, whichever process decodes them
+    encode: Callable[[Sequence[str]], list[list[int]]] | None = None
     parameters: int | None = None  # counted by the worker
 
     @property

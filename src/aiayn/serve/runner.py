@@ -1,4 +1,5 @@
-"""What the service's worker thread runs: a `Translator` on one batch of sentences.
+"""What a model's worker runs: a `Translator` on one batch of sentences (in the server's
+process, or in a child process of its own: `worker.py`).
 
 All sentences of a batch share their decoding options (`Options`, the batcher groups by
 them). Each sentence also says what else it wants (`Wants`), which plain translation
@@ -13,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+import torch
 
 from aiayn.alignment import word_alignments
 from aiayn.attention_view import attention_maps, to_json
@@ -52,7 +55,8 @@ class Result:
 
 
 class TranslatorRunner:
-    """Runs batches on one Translator; only the worker thread calls it."""
+    """Runs batches on one Translator; only the batcher's worker thread calls it (or the
+    child's loop, `worker.serve_frames`)."""
 
     def __init__(self, translator: Translator) -> None:
         self.translator = translator
@@ -82,6 +86,9 @@ class TranslatorRunner:
         self._score(sources, hyps, extras, results)
         return results
 
+    def close(self) -> None:
+        """Nothing to free: the Translator goes with the process."""
+
     def _align(self, sources, hyps: list[list[Hypothesis]], extras, results: list[Result]) -> None:
         asked = [i for i, wants in enumerate(extras) if wants.alignment]
         todo = [i for i in asked if hyps[i]]
@@ -102,3 +109,28 @@ class TranslatorRunner:
                 results[i].log_probs = [next(scored) for _ in hyps[i]]
             else:  # a blank sentence: its one translation is "", the model did not run
                 results[i].tokens, results[i].log_probs = [[]], [[]]
+
+
+@dataclass(frozen=True)
+class Load:
+    """How a server loads a model (`load_runner`): `Translator.from_checkpoint`'s arguments."""
+
+    path: str
+    device: str = "cpu"
+    int8: bool = False
+    threads: int | None = None  # torch's CPU threads (None: torch's default)
+    max_tokens: int = 4096
+
+
+def load_runner(load: Load) -> TranslatorRunner:
+    """The model of `load`, its fast path built for a long-lived process, having decoded
+    once (so that a server that says ready has translated)."""
+    if load.threads is not None:
+        torch.set_num_threads(load.threads)
+    # long_lived: every kernel shape the CPU's matrix library will be asked for, built now:
+    # each stays for the life of the process, and met one by one as batches of new sizes
+    # came, they made the server's memory creep up over a run.
+    translator = Translator.from_checkpoint(load.path, device=load.device, int8=load.int8,
+                                            max_tokens=load.max_tokens, long_lived=True)  # fmt: skip
+    translator.translate(["warm up"])
+    return TranslatorRunner(translator)

@@ -23,13 +23,17 @@ from aiayn.checkpoint import Checkpoint
 from aiayn.data.vocab import cpu_threads
 from aiayn.errors import ConfigError
 from aiayn.model.transformer import parameter_count
-from aiayn.serve.batcher import Batcher, Job, NotReady, QueueFull, Turns
+from aiayn.serve.batcher import Batcher, Job, NotReady, QueueFull, Runner, Turns
 from aiayn.serve.models import Model, Models, NoRoute, checkpoint_paths
 from aiayn.serve.pivot import pivot_options, pivot_wants, through
-from aiayn.serve.runner import Options, Result, TranslatorRunner, Wants
+from aiayn.serve.runner import Load, Options, Result, Wants, load_runner
 from aiayn.serve.texts import TextResult, join, segment
 from aiayn.text.language import LanguageIdentifier
-from aiayn.translate import Translator
+from aiayn.serve.worker import ProcessRunner
+from aiayn.translate import source_ids
+
+
+WORKERS = ("process", "thread")  # where a model decodes: `worker.py` says why a process
 
 
 @dataclass
@@ -55,6 +59,7 @@ class ServeConfig:
     api_keys: str | None = None  # a file of API keys (`keys.read_api_keys`); others -> 403
     req_limit: int | None = None  # requests a minute per key or keyless client; more -> 429
     heads: str | None = None  # `aiayn heads --json`'s file for this model: the page's grid
+    worker: str = "process"  # each model decodes in a child process (`worker.py`), or "thread"
 
     def __post_init__(self) -> None:
         if self.threads is not None and self.threads < 1:
@@ -67,6 +72,8 @@ class ServeConfig:
             raise ConfigError(f"--req-limit must be at least 0, got {self.req_limit}")
         if self.max_wait_ms < 0 or self.timeout_s <= 0:
             raise ConfigError("--max-wait-ms must be >= 0 and --timeout > 0")
+        if self.worker not in WORKERS:
+            raise ConfigError(f"--worker {self.worker}: choose one of {', '.join(WORKERS)}")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"--port {self.port} is not a port number")
 
@@ -135,10 +142,6 @@ class Service:
         return self.models.first.batcher
 
     @property
-    def translator(self) -> Translator | None:
-        return self.models.first.translator
-
-    @property
     def parameters(self) -> int | None:
         return self.models.first.parameters
 
@@ -146,23 +149,22 @@ class Service:
     def batchers(self) -> list[Batcher]:
         return [model.batcher for model in self.models.all]
 
-    def _load(self, model: Model) -> TranslatorRunner:
-        """In the worker: load, and decode once (so that ready means it has translated)."""
-        if self.config.threads is not None:
-            torch.set_num_threads(self.config.threads)
-        # long_lived: every kernel shape the CPU's matrix library will be asked for, built
-        # now: each stays for the life of the process, and met one by one as batches of new
-        # sizes came, they made the server's memory creep up over a run.
-        translator = Translator.from_checkpoint(
-            model.path, device=self.config.device, int8=self.config.int8,
-            max_tokens=self.config.max_batch_tokens, long_lived=True,
-        )  # fmt: skip
-        translator.translate(["warm up"])
+    def _load(self, model: Model) -> Runner:
+        """In the batcher's thread: load the model (in its own process, or in this one:
+        `--worker`), which decodes once, so that ready means it has translated."""
+        c = self.config
+        load = Load(model.path, c.device, c.int8, c.threads, c.max_batch_tokens)
+        if c.worker == "process":
+            runner: Runner = ProcessRunner(load)
+            runner.start()
+        else:
+            runner = load_runner(load)
         if len(self.models.sources) > 1:  # detection is needed: loaded before ready
             self.identifier.load()
         model.parameters = parameter_count(model.config.model)
-        model.translator = translator
-        return TranslatorRunner(translator)
+        model.encode = functools.partial(source_ids, Checkpoint(model.path).src_vocab,
+                                         model.config.model)  # fmt: skip
+        return runner
 
     def start(self) -> None:
         for batcher in self.batchers:
@@ -259,7 +261,7 @@ class Service:
         if len(sentences) > c.max_sentences:
             raise ApiError(413, f"too many sentences: {len(sentences)}; the limit is "
                                 f"--max-sentences {c.max_sentences}")  # fmt: skip
-        sources = await asyncio.to_thread(model.translator.encode, sentences)
+        sources = await asyncio.to_thread(model.encode, sentences)
         lengths = [len(ids) for ids in sources]
         for i, n in enumerate(lengths):
             if n > c.max_sentence_tokens:

@@ -1,0 +1,144 @@
+"""`aiayn serve --worker process`: each model decodes in a child process of its own, talking
+plain JSON frames; it gives the thread worker's results, and a child that fails says why."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from aiayn.cli import main
+from aiayn.errors import ConfigError
+from aiayn.serve.runner import Load, Options, Wants, load_runner
+from aiayn.serve.service import ServeConfig
+from aiayn.serve.worker import HEADER, ProcessRunner, WorkerError, read_frame, write_frame
+from serve_helpers import request, running
+from tiny_checkpoint import WORDS, save_tiny_checkpoint
+from tiny_run import one_thread  # noqa: F401 (autouse fixture)
+
+SENTENCES = [" ".join(WORDS[i : i + 2 + i % 4]) for i in range(6)] + [""]
+OPTIONS = Options(beam=3, alpha=0.6, nbest=2)
+ALL = Wants(attention=True, alignment=True, log_probs=True)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    meta = {"languages": {"source": "en", "target": "de"}}
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("worker") / "ckpt", meta=meta)
+
+
+@pytest.fixture(scope="module")
+def child(ckpt):
+    runner = ProcessRunner(Load(str(ckpt), threads=1))
+    runner.start()
+    yield runner
+    runner.close()
+
+
+def sources_of(runner_in_process) -> list[list[int]]:
+    return runner_in_process.translator.encode(SENTENCES)
+
+
+def workers() -> set[int]:
+    """The process ids of this process's children that are model workers."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            command = (stat.parent / "cmdline").read_bytes()
+            if ppid == os.getpid() and b"aiayn.serve.worker" in command:
+                out.add(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue  # a process that ended while we looked
+    return out
+
+
+def test_frames_carry_json_and_end_as_none():
+    stream = io.BytesIO()
+    write_frame(stream, {"sources": [[5, 6, 2]], "text": "Grüße"})
+    write_frame(stream, [1.5, None])
+    whole = stream.getvalue()
+    stream.seek(0)
+    assert read_frame(stream) == {"sources": [[5, 6, 2]], "text": "Grüße"}
+    assert read_frame(stream) == [1.5, None]
+    assert read_frame(stream) is None  # the other side has gone
+    assert read_frame(io.BytesIO(whole[: HEADER.size + 3])) is None  # cut off mid-frame
+
+
+def test_a_child_process_gives_the_thread_workers_results(ckpt, child):
+    here = load_runner(Load(str(ckpt), threads=1))
+    sources = sources_of(here)
+    wants = [ALL, Wants(), Wants(log_probs=True), ALL, Wants(alignment=True), ALL, ALL]
+    expected = here.run(sources, OPTIONS, wants)
+    got = child.run(sources, OPTIONS, wants)
+    assert len(got) == len(expected) == len(SENTENCES)
+    for g, e in zip(got, expected):
+        assert [text for text, _ in g.nbest] == [text for text, _ in e.nbest]
+        assert [s for _, s in g.nbest] == pytest.approx([s for _, s in e.nbest], abs=1e-4)
+        assert g.alignment == e.alignment and g.tokens == e.tokens
+        if e.log_probs is None:
+            assert g.log_probs is None
+        else:
+            for a, b in zip(g.log_probs, e.log_probs):
+                assert a == pytest.approx(b, abs=1e-4)
+        assert (g.attention is None) == (e.attention is None)
+        if e.attention is not None:
+            assert g.attention.keys() == e.attention.keys()
+            assert g.attention["source"] == e.attention["source"]
+
+
+def test_a_failed_batch_says_why_and_the_child_goes_on(ckpt, child):
+    with pytest.raises(WorkerError, match="IndexError"):
+        child.run([[10**6, 2]], OPTIONS, [Wants()])  # an id past the vocabulary
+    (result,) = child.run([[5, 6, 2]], OPTIONS, [Wants()])
+    assert result.nbest and isinstance(result.nbest[0], tuple)
+
+
+def test_a_child_that_dies_mid_batch_fails_it_and_the_next_batch_starts_another(ckpt,
+                                                                               monkeypatch):
+    runner = ProcessRunner(Load(str(ckpt), threads=1))
+    runner.start()
+    try:
+        first = runner.process
+        first.kill()
+        first.wait()
+        monkeypatch.setattr(first, "poll", lambda: None)  # as if it died after the batch went
+        with pytest.raises(WorkerError, match=r"exited \(code -9\); it is started again"):
+            runner.run([[5, 6, 2]], OPTIONS, [Wants()])
+        (result,) = runner.run([[5, 6, 2]], OPTIONS, [Wants()])
+        assert result.nbest and runner.process.pid != first.pid
+        runner.process.kill()  # found dead before a batch: started again, the batch answered
+        runner.process.wait()
+        (again,) = runner.run([[5, 6, 2]], OPTIONS, [Wants()])
+        assert again == result
+    finally:
+        runner.close()
+    assert runner.process is None
+
+
+def test_a_model_that_cannot_load_fails_start_with_the_reason(tmp_path):
+    bad = tmp_path / "not-a-checkpoint"
+    bad.mkdir()
+    with pytest.raises(WorkerError, match="could not be loaded.*checkpoint.json is missing"):
+        ProcessRunner(Load(str(bad))).start()
+
+
+def test_the_server_decodes_in_a_child_that_ends_with_it(ckpt):
+    before = workers()  # the module's other child
+    config = ServeConfig(str(ckpt), threads=1, worker="process")
+    with running(config) as (url, service):
+        assert len(workers() - before) == 1
+        reply = request(url + "/v1/translate", {"text": SENTENCES[:3]})
+        assert reply.status == 200 and len(reply.body["translations"]) == 3
+        service.stop()
+    assert workers() == before
+
+
+def test_worker_names_a_process_or_a_thread(ckpt, capsys):
+    with pytest.raises(ConfigError, match="--worker fibre: choose one of process, thread"):
+        ServeConfig(str(ckpt), worker="fibre")
+    with pytest.raises(SystemExit):
+        main(["serve", "--checkpoint", str(ckpt), "--worker", "fibre"])
+    assert "invalid choice: 'fibre'" in capsys.readouterr().err
