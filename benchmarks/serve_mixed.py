@@ -73,11 +73,11 @@ def _together(jobs: list) -> list[dict]:
     return out  # type: ignore[return-value]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds so far of process `pid` and its descendants (the server's
-    model workers), all their threads (/proc/PID/stat)."""
+def cpu_seconds(pid: int, descendants: bool = True) -> float:
+    """User + system CPU seconds so far of process `pid`, all its threads, and with
+    `descendants` theirs too (the server's model workers) (/proc/PID/stat)."""
     total = 0
-    for each in process_tree(pid):
+    for each in process_tree(pid) if descendants else [pid]:
         try:
             fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
@@ -89,11 +89,12 @@ def cpu_seconds(pid: int) -> float:
 def busy_cores(server_pid: int, phase) -> tuple[object, dict]:
     """Run `phase()`; -> its value, and the cores the server and this process (the clients)
     kept busy meanwhile: CPU seconds over wall seconds."""
-    start, server, own = time.monotonic(), cpu_seconds(server_pid), cpu_seconds(os.getpid())
+    # the clients: this process alone (the server is one of its descendants)
+    start, server, own = time.monotonic(), cpu_seconds(server_pid), cpu_seconds(os.getpid(), False)
     value = phase()
     wall = time.monotonic() - start
     cores = {"server": (cpu_seconds(server_pid) - server) / wall,
-             "clients": (cpu_seconds(os.getpid()) - own) / wall}  # fmt: skip
+             "clients": (cpu_seconds(os.getpid(), False) - own) / wall}  # fmt: skip
     cores["total"] = cores["server"] + cores["clients"]
     return value, {k: round(v, 2) for k, v in cores.items()}
 

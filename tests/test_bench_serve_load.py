@@ -9,8 +9,10 @@ install), so the benchmark's plumbing (export, install, offline settings, start,
 report) runs in full."""
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -152,3 +154,24 @@ def test_mixed_takes_german_from_the_demo_split_beside_given_english_and_refuses
     assert _sentences("de", pairs, ["given one"]) == ["die Katze", "ein Hund"]
     with pytest.raises(SystemExit, match="no sentences in 'fr'"):
         _sentences("fr", pairs, None)
+
+
+def test_the_cores_of_a_server_count_its_workers_and_the_clients_count_only_themselves():
+    """`serve_mixed.cpu_seconds`: a server's CPU time includes its model processes'; the
+    clients' (this process, whose descendants the server is) must not include the server's."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from serve_mixed import cpu_seconds
+
+    burn = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\n"
+    child = subprocess.Popen([sys.executable, "-c", f"{burn}import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)  # fmt: skip
+    try:
+        own, tree = cpu_seconds(os.getpid(), False), cpu_seconds(os.getpid())
+        deadline = time.monotonic() + 60
+        while cpu_seconds(child.pid) < 0.5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cpu_seconds(os.getpid()) - tree >= 0.4  # the child's burn, while it runs
+        assert cpu_seconds(os.getpid(), False) - own < 0.3  # this process only waited
+    finally:
+        child.stdin.close()
+        child.wait(30)
