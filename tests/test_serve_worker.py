@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -121,8 +122,22 @@ def test_a_child_that_dies_mid_batch_fails_it_and_the_next_batch_starts_another(
 def test_a_model_that_cannot_load_fails_start_with_the_reason(tmp_path):
     bad = tmp_path / "not-a-checkpoint"
     bad.mkdir()
-    with pytest.raises(WorkerError, match="could not be loaded.*checkpoint.json is missing"):
+    with pytest.raises(WorkerError, match="not-a-checkpoint: not an aiayn checkpoint, "
+                                          "checkpoint.json is missing"):  # fmt: skip
         ProcessRunner(Load(str(bad))).start()
+
+
+def test_a_server_whose_worker_cannot_load_says_why_once(tmp_path):
+    """The batcher's "could not be loaded" and the child's reason, not the phrase twice."""
+    ckpt = save_tiny_checkpoint(tmp_path / "ckpt")
+    (ckpt / "model.safetensors").write_bytes(b"not weights")
+    with running(ServeConfig(str(ckpt), worker="process"), ready=False) as (url, service):
+        deadline = time.monotonic() + 120
+        while service.error is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        reply = request(url + "/ready")
+    assert reply.status == 503
+    assert reply.body["error"].count("could not be loaded") == 1, reply.body["error"]
 
 
 def test_the_server_decodes_in_a_child_that_ends_with_it(ckpt):

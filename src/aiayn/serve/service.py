@@ -28,8 +28,8 @@ from aiayn.serve.models import Model, Models, NoRoute, checkpoint_paths
 from aiayn.serve.pivot import pivot_options, pivot_wants, through
 from aiayn.serve.runner import Load, Options, Result, Wants, load_runner
 from aiayn.serve.texts import TextResult, join, segment
-from aiayn.text.language import LanguageIdentifier
 from aiayn.serve.worker import ProcessRunner
+from aiayn.text.language import LanguageIdentifier
 from aiayn.translate import source_ids
 
 

@@ -36,7 +36,8 @@ HEADER = struct.Struct("<Q")  # each frame: its length in bytes, then that much 
 
 
 class WorkerError(RuntimeError):
-    """The child could not load its model, failed a batch, or exited: the message says which."""
+    """The child could not load its model (the message is the reason), failed a batch, or
+    exited (the message says which)."""
 
 
 def write_frame(stream: IO[bytes], data: Any) -> None:
@@ -135,7 +136,7 @@ def serve_frames(inp: IO[bytes], out: IO[bytes]) -> None:
     try:
         runner = load_runner(Load(**load))
     except Exception as err:
-        write_frame(out, {"error": f"the model could not be loaded: {err}"})
+        write_frame(out, {"error": str(err)})  # the batcher says it could not be loaded
         return
     write_frame(out, {"ready": True})
     while (job := read_frame(inp)) is not None:
