@@ -20,7 +20,6 @@ server's process, as one thread per model.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import struct
@@ -80,7 +79,7 @@ class ProcessRunner:
         """Start the child and wait until it has loaded the model and decoded once."""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "aiayn.serve.worker"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, env=os.environ.copy(),
+            stdout=subprocess.PIPE,
         )  # fmt: skip
         write_frame(self.process.stdin, asdict(self.load))
         reply = self._reply()
@@ -147,7 +146,7 @@ def serve_frames(inp: IO[bytes], out: IO[bytes]) -> None:
         except Exception as err:  # e.g. out of memory: this batch fails, the child goes on
             write_frame(out, {"error": f"{type(err).__name__}: {err}"})
             continue
-        write_frame(out, {"results": [dataclasses.asdict(r) for r in results]})
+        write_frame(out, {"results": [asdict(r) for r in results]})
 
 
 def main() -> None:
