@@ -4,6 +4,7 @@ products handed to oneDNN."""
 
 from __future__ import annotations
 
+import os
 import platform
 from pathlib import Path
 
@@ -32,6 +33,13 @@ def own_histories(store: torch.Tensor, mask: torch.Tensor | None) -> torch.Tenso
         return values
     group = mask.size(2)
     return values[:, None, :].expand(-1, group, -1)[mask[:, 0]].view(values.size(0) * group, -1)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _own_cache(tmp_path_factory) -> None:
+    """The product choices (`fast.linear.choice_table`) of this run, its servers' model
+    processes included, in a directory of its own: not the user's, nor an earlier run's."""
+    os.environ["AIAYN_CACHE_DIR"] = str(tmp_path_factory.mktemp("aiayn-cache"))
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,7 @@ the texts both APIs' tests send: paragraphs of sentences, an HTML page."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -101,6 +102,8 @@ def serving(config: ServeConfig, ready: bool = True) -> Iterator[Served]:
 
     from aiayn.serve.app import create_app, listening_socket
 
+    if config.threads is None:  # the model's process decodes with the test's threads
+        config = dataclasses.replace(config, threads=torch.get_num_threads())
     service = Service(config)
     sock = listening_socket("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning"))

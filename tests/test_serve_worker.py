@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -14,7 +15,8 @@ from aiayn.cli import main
 from aiayn.errors import ConfigError
 from aiayn.serve.runner import Load, Options, Wants, load_runner
 from aiayn.serve.service import ServeConfig
-from aiayn.serve.worker import HEADER, ProcessRunner, WorkerError, read_frame, write_frame
+from aiayn.serve.worker import (HEADER, ProcessRunner, WorkerError, WorkerExited, read_frame,
+                                write_frame)
 from serve_helpers import request, running
 from tiny_checkpoint import WORDS, save_tiny_checkpoint
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
@@ -106,7 +108,8 @@ def test_a_child_that_dies_mid_batch_fails_it_and_the_next_batch_starts_another(
         first.kill()
         first.wait()
         monkeypatch.setattr(first, "poll", lambda: None)  # as if it died after the batch went
-        with pytest.raises(WorkerError, match=r"exited \(code -9\); it is started again"):
+        with pytest.raises(WorkerExited, match=r"exited \(code -9\) during a batch; it is "
+                                               "started again for the next one"):  # fmt: skip
             runner.run([[5, 6, 2]], OPTIONS, [Wants()])
         (result,) = runner.run([[5, 6, 2]], OPTIONS, [Wants()])
         assert result.nbest and runner.process.pid != first.pid
@@ -117,6 +120,26 @@ def test_a_child_that_dies_mid_batch_fails_it_and_the_next_batch_starts_another(
     finally:
         runner.close()
     assert runner.process is None
+
+
+def test_a_child_ignores_the_signals_meant_for_the_server(ckpt, child):
+    """Ctrl-C and a service manager's SIGTERM reach the whole process group: the child goes
+    on answering the queue, and ends when the server closes its input."""
+    child.process.send_signal(signal.SIGINT)
+    child.process.send_signal(signal.SIGTERM)
+    (result,) = child.run([[5, 6, 2]], OPTIONS, [Wants()])
+    assert result.nbest and child.process.poll() is None
+
+
+def test_a_dead_model_process_is_a_503_to_retry(ckpt, monkeypatch):
+    def died(self, sources, options, extras):
+        raise WorkerExited("the model's worker process exited (code -9) during a batch")
+
+    with running(ServeConfig(str(ckpt), threads=1)) as (url, service):
+        monkeypatch.setattr(ProcessRunner, "run", died)
+        reply = request(url + "/v1/translate", {"text": "the cat"})
+    assert reply.status == 503 and "retry-after" in {k.lower() for k in reply.headers}
+    assert reply.body["error"].startswith("not translated: the model's worker process exited")
 
 
 def test_a_model_that_cannot_load_fails_start_with_the_reason(tmp_path):

@@ -4,6 +4,7 @@ faster, PyTorch's own elsewhere, with the same values and gradients either way."
 from __future__ import annotations
 
 import copy
+import time
 import pytest
 import torch
 import torch.nn.functional as F
@@ -353,6 +354,9 @@ def test_processes_read_one_table_of_choices(onednn, monkeypatch, tmp_path):
 def test_the_table_is_named_by_the_machine_and_the_kernels_it_may_use(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path / "own"))
+    assert linear_module.choice_table().parent == tmp_path / "own"
+    monkeypatch.delenv("AIAYN_CACHE_DIR")
     default = linear_module.choice_table()
     assert default.parent == tmp_path / "aiayn" and default.suffix == ".json"
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
@@ -368,3 +372,35 @@ def test_an_unwritable_cache_keeps_the_choices_in_the_process(tmp_path):
     weight = torch.randn(24, 16)
     first = choice.use_onednn(3, weight, None)
     assert choice.use_onednn(3, weight, None) == first and not table.exists()
+
+
+def test_a_table_never_changes_a_choice_already_in_use(tmp_path):
+    """Read while a process runs, the table adds shapes it has not met; a shape it already
+    picked keeps its pick (its products keep their bits), whatever the file says now."""
+    table = tmp_path / "products.json"
+    choice = linear_module.ProductChoice(repeats=1, table=table)
+    weight = torch.randn(24, 16)
+    first = choice.use_onednn(3, weight, None)
+    threads = torch.get_num_threads()
+    other = {(8, (24, 16), False, threads): not first, (16, (24, 16), False, threads): True}
+    linear_module.write_table(table, other)  # another process's different measurement
+    choice.use_onednn(9, weight, None)  # a new shape: the table is read again
+    assert choice.onednn[(8, (24, 16), False, threads)] == first
+    assert choice.onednn[(16, (24, 16), False, threads)] is True  # read, not measured
+
+
+def test_no_lock_to_be_had_leaves_the_choice_to_the_process(tmp_path, monkeypatch):
+    """A file system without locks, or a holder stopped for longer than the wait: the
+    process measures and picks by itself instead of failing or waiting for ever."""
+    import fcntl
+
+    table = tmp_path / "products.json"
+    weight = torch.randn(24, 16)
+    monkeypatch.setattr(fcntl, "flock", lambda *a: (_ for _ in ()).throw(OSError(37, "no locks")))
+    alone = linear_module.ProductChoice(repeats=1, table=table)
+    assert isinstance(alone.use_onednn(3, weight, None), bool) and table.is_file()
+    monkeypatch.setattr(fcntl, "flock", lambda *a: (_ for _ in ()).throw(BlockingIOError()))
+    start = time.monotonic()
+    with linear_module._file_lock(table, wait_s=0.1):
+        pass
+    assert time.monotonic() - start < 5

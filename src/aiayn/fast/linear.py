@@ -28,7 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import torch
@@ -64,7 +64,8 @@ class ProductChoice:
         key = (bucket_rows(rows), tuple(weight.shape), bias is not None, torch.get_num_threads())
         if key not in self.onednn:
             with self._lock, _file_lock(self.table):
-                self.onednn.update(read_table(self.table))  # another process's measurements
+                for known, onednn in read_table(self.table).items():  # other processes'
+                    self.onednn.setdefault(known, onednn)  # never a choice already in use
                 if key not in self.onednn:
                     x = weight.new_zeros(key[0], weight.size(1))  # (rows, in)
                     onednn = self._best(lambda: _onednn_linear(x, weight, bias))
@@ -93,10 +94,13 @@ def shared_choice() -> ProductChoice:
 
 def choice_table(cache: Path | None = None) -> Path:
     """Where the measured choices of this machine and these libraries are kept: a JSON file
-    in the user's cache directory (`$XDG_CACHE_HOME/aiayn`, else `~/.cache/aiayn`), named by
+    in aiayn's cache directory (`$AIAYN_CACHE_DIR`, else `$XDG_CACHE_HOME/aiayn`, else
+    `~/.cache/aiayn`), named by
     a hash of the CPU's model, the kernels torch and oneDNN may use (ATEN_CPU_CAPABILITY,
     ONEDNN_MAX_CPU_ISA) and torch's version, so that a change of any of them measures anew.
     Deleting the file also does."""
+    if cache is None and os.environ.get("AIAYN_CACHE_DIR"):
+        cache = Path(os.environ["AIAYN_CACHE_DIR"])
     if cache is None:
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "aiayn"
     machine = [cpu_field("model name"), torch.backends.cpu.get_cpu_capability(),
@@ -119,7 +123,9 @@ def read_table(table: Path | None) -> dict[tuple, bool]:
         out = {}
         for text, onednn in data["onednn"].items():
             rows, o, i, bias, threads = (int(v) for v in text.split())
-            out[(rows, (o, i), bool(bias), threads)] = bool(onednn)
+            if not isinstance(onednn, bool):
+                raise TypeError(f"{text}: {onednn!r} is not a choice")
+            out[(rows, (o, i), bool(bias), threads)] = onednn
         return out
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}
@@ -131,20 +137,26 @@ def write_table(table: Path | None, choices: dict[tuple, bool]) -> None:
     if table is None:
         return
     data = {"onednn": {_table_key(k): v for k, v in sorted(choices.items())}}
+    part = table.with_name(f"{table.name}.{os.getpid()}.part")
     try:
         table.parent.mkdir(parents=True, exist_ok=True)
-        part = table.with_name(f"{table.name}.{os.getpid()}.part")
         part.write_text(json.dumps(data, indent=0), encoding="utf-8")
         os.replace(part, table)
-    except OSError:
-        pass
+    except OSError:  # a half-written part is not left behind
+        with suppress(OSError):
+            part.unlink()
+
+
+LOCK_WAIT_S = 30.0  # how long a process waits for another's measurement before its own
 
 
 @contextmanager
-def _file_lock(table: Path | None) -> Iterator[None]:
-    """One process at a time reads, measures and writes `table` (where the system has
-    `fcntl`, and the cache can be written): two processes then never measure one shape
-    twice, nor pick it differently."""
+def _file_lock(table: Path | None, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
+    """One process at a time reads, measures and writes `table`: two processes then never
+    measure one shape twice, nor pick it differently. Where there is no lock to be had (no
+    `fcntl`, a cache that cannot be written, a file system without locks, or a holder
+    stopped for more than `wait_s`), the process goes on alone: the choice stays right for
+    it, and only the agreement between processes is lost."""
     if table is None:
         yield
         return
@@ -157,11 +169,22 @@ def _file_lock(table: Path | None) -> Iterator[None]:
         yield
         return
     with handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        end, locked = time.monotonic() + wait_s, False
+        while not locked:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = True
+            except BlockingIOError:  # another process is measuring
+                if time.monotonic() > end:
+                    break
+                time.sleep(0.02)
+            except OSError:  # no locks on this file system
+                break
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            if locked:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 class OneDnnLinear(nn.Linear):

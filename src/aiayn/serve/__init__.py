@@ -7,6 +7,8 @@
 - `pivot.py`: a sentence translated through English, its alignment composed;
 - `runner.py`: what the worker runs: a `Translator`, and attention maps, word alignments
   and per-token log-probabilities when asked;
+- `worker.py`: a model in a process of its own (`--worker process`, the default), the
+  batcher's runner talking to it in JSON;
 - `service.py`: `ServeConfig` (options and limits) and `Service` (checks, queueing, waits);
 - `texts.py`: a request's texts cut into sentences (plain or HTML) and put back together;
 - `body.py`: request bodies read within the limits; clients that leave;

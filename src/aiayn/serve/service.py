@@ -28,7 +28,7 @@ from aiayn.serve.models import Model, Models, NoRoute, checkpoint_paths
 from aiayn.serve.pivot import pivot_options, pivot_wants, through
 from aiayn.serve.runner import Load, Options, Result, Wants, load_runner
 from aiayn.serve.texts import TextResult, join, segment
-from aiayn.serve.worker import ProcessRunner
+from aiayn.serve.worker import ProcessRunner, WorkerExited
 from aiayn.text.language import LanguageIdentifier
 from aiayn.translate import source_ids
 
@@ -153,18 +153,18 @@ class Service:
         """In the batcher's thread: load the model (in its own process, or in this one:
         `--worker`), which decodes once, so that ready means it has translated."""
         c = self.config
-        load = Load(model.path, c.device, c.int8, c.threads, c.max_batch_tokens)
-        if c.worker == "process":
-            runner: Runner = ProcessRunner(load)
-            runner.start()
-        else:
-            runner = load_runner(load)
+        # this process's part first: a failure here leaves no model process behind
         if len(self.models.sources) > 1:  # detection is needed: loaded before ready
             self.identifier.load()
         model.parameters = parameter_count(model.config.model)
         model.encode = functools.partial(source_ids, Checkpoint(model.path).src_vocab,
                                          model.config.model)  # fmt: skip
-        return runner
+        load = Load(model.path, c.device, c.int8, c.threads, c.max_batch_tokens)
+        if c.worker == "process":
+            runner: Runner = ProcessRunner(load)
+            runner.start()
+            return runner
+        return load_runner(load)
 
     def start(self) -> None:
         for batcher in self.batchers:
@@ -291,7 +291,7 @@ class Service:
             raise ApiError(503, f"not ready: {err}", {"Retry-After": "2"}) from None
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), self.config.timeout_s)
-        except NotReady as err:  # still queued when the worker stopped
+        except (NotReady, WorkerExited) as err:  # the worker stopped, or its process died
             raise ApiError(503, f"not translated: {err}", {"Retry-After": "2"}) from None
         except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11 on
             raise ApiError(504, f"no translation within --timeout {self.config.timeout_s:g} s; "

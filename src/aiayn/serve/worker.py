@@ -14,14 +14,17 @@ The child is `python -m aiayn.serve.worker`: it reads length-prefixed JSON frame
 stdin and answers on its stdout (its own prints go to stderr), so nothing but plain data
 crosses, never a pickle. The server keeps only the vocabularies, to encode requests. A
 child that dies (killed for memory, say) fails the batch it was running with an error
-saying so, and is started again for the next one. `--worker thread` decodes in the
-server's process, as one thread per model.
+saying so, and is started again for the next one; a reply that is not a whole frame of
+JSON is treated the same way. The child ignores Ctrl-C and SIGTERM sent to the server's
+process group: it ends when the server closes its input, after answering the queue.
+`--worker thread` decodes in the server's process, as one thread per model.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -35,8 +38,12 @@ HEADER = struct.Struct("<Q")  # each frame: its length in bytes, then that much 
 
 
 class WorkerError(RuntimeError):
-    """The child could not load its model (the message is the reason), failed a batch, or
-    exited (the message says which)."""
+    """The child could not load its model (the message is the reason), or failed a batch."""
+
+
+class WorkerExited(WorkerError):
+    """The child exited, or broke the protocol, and was stopped: the server answers 503
+    (the next batch starts another)."""
 
 
 def write_frame(stream: IO[bytes], data: Any) -> None:
@@ -81,8 +88,8 @@ class ProcessRunner:
             [sys.executable, "-m", "aiayn.serve.worker"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )  # fmt: skip
-        write_frame(self.process.stdin, asdict(self.load))
-        reply = self._reply()
+        self._send(asdict(self.load))
+        reply = self._reply("while loading its model")
         if "error" in reply:
             self.close()
             raise WorkerError(reply["error"])
@@ -91,34 +98,44 @@ class ProcessRunner:
             ) -> list[Result]:  # fmt: skip
         if self.process is None or self.process.poll() is not None:
             self.start()  # the first batch after a child died
-        job = {"sources": list(sources), "options": asdict(options),
-               "wants": [asdict(wants) for wants in extras]}  # fmt: skip
-        try:
-            write_frame(self.process.stdin, job)
-        except (BrokenPipeError, OSError):
-            pass  # the child has gone: `_reply` says how
-        reply = self._reply()
+        self._send({"sources": list(sources), "options": asdict(options),
+                    "wants": [asdict(wants) for wants in extras]})  # fmt: skip
+        reply = self._reply("during a batch; it is started again for the next one")
         if "error" in reply:
             raise WorkerError(reply["error"])
         return [result_from(data) for data in reply["results"]]
 
-    def _reply(self) -> dict:
-        reply = read_frame(self.process.stdout)
-        if reply is None:
-            code = self.process.wait()
-            self.process = None
-            raise WorkerError(f"the model's worker process exited (code {code}); it is "
-                              "started again for the next batch")  # fmt: skip
+    def _send(self, data: dict) -> None:
+        try:
+            write_frame(self.process.stdin, data)
+        except OSError:
+            pass  # the child has gone (a broken pipe): `_reply` says how
+
+    def _reply(self, when: str) -> dict:
+        """The child's next frame; where there is none, or it is not JSON, the child is
+        stopped and `WorkerExited` says so, and `when`."""
+        try:
+            reply = read_frame(self.process.stdout)
+        except ValueError:  # not JSON: the stream is out of step, nothing after it is sure
+            reply = None
+        if not isinstance(reply, dict):
+            process = self.process
+            self.close(wait=False)
+            raise WorkerExited(f"the model's worker process exited (code {process.returncode}) "
+                               f"{when}; its errors are in the server's log")  # fmt: skip
         return reply
 
-    def close(self) -> None:
-        """End the child: it exits when its input closes."""
+    def close(self, wait: bool = True) -> None:
+        """End the child: it exits when its input closes (at once, without `wait`)."""
         if self.process is None:
             return
         process, self.process = self.process, None
-        process.stdin.close()
         try:
-            process.wait(30)
+            process.stdin.close()
+        except OSError:
+            pass  # a broken pipe: the child has gone
+        try:
+            process.wait(30 if wait else 0)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
@@ -151,7 +168,10 @@ def serve_frames(inp: IO[bytes], out: IO[bytes]) -> None:
 
 def main() -> None:
     """The child's entry: frames on the process's own stdout, which is then pointed at
-    stderr, so that a print or a library's message cannot corrupt a frame."""
+    stderr, so that a print or a library's message cannot corrupt a frame. Signals meant
+    for the server are ignored: the child ends when its input does."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     serve_frames(sys.stdin.buffer, out)
