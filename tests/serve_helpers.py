@@ -76,7 +76,9 @@ def request(url: str, data: object = None, raw: bytes | None = None, timeout: fl
         return Reply(err.code, json.loads(err.read()), dict(err.headers))
 
 
-def wait_ready(url: str, seconds: float = 60) -> None:
+def wait_ready(url: str, seconds: float = 240) -> None:
+    """Until `url`/ready answers 200. Each model loads in a process of its own, several at
+    once: on two busy cores a server of three models has taken more than a minute."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         try:
