@@ -1,7 +1,8 @@
 """Does cleaning pay? Multi30k with labelled web-crawl noise, three trainings of one budget.
 
     .venv/bin/python benchmarks/noisy_corpus.py [--raw ../shared/data/multi30k] [--noise 0.3]
-        [--updates 600] [--seeds 1 2] [--out runs/bench-noisy] [--filters-only] [key=value ...]
+        [--updates 600] [--seeds 1 2] [--out runs/bench-noisy] [--filters-only] [--resume]
+        [key=value ...]
 
 1. Noise: Multi30k's 29k training pairs stay as they are, and labelled noisy pairs are
    added at random places until they are `--noise` of the corpus (30%: 12,429 pairs), in six
@@ -19,19 +20,25 @@
    `cleaned` (with the noise, cleaned by `prepare`'s defaults); each run's last checkpoint
    scored on the dev set (val) and the test set (test_2016_flickr), sacreBLEU.
 
-Prints one JSON object and writes it to benchmarks/results/. Not a test: an hour or two.
+Prints one JSON object and writes it to benchmarks/results/. Not a test: hours on two cores.
+`--resume` goes on where an interrupted run in `--out` stopped: the conditions' prepared data
+and every training that ran to its end with the same config are kept (and scored again),
+the rest is done; each seed's result says whether its training was "reused".
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import random
 import shutil
 import time
 from pathlib import Path
 
-from aiayn.config import apply_overrides, load_config
+from aiayn.checkpoint import Checkpoint
+from aiayn.config import Config, apply_overrides, load_config
+from aiayn.data.binarize import MANIFEST
 from aiayn.data.clean import normalized
 from aiayn.data.prepare import prepare
 from aiayn.data.prepare_options import NO_CLEANING, CleanOptions
@@ -157,27 +164,59 @@ def measure_filters(train: Path, raw: Path, labels: list[str], out: Path) -> dic
 
 
 def prepared(name: str, train_prefix: Path, raw: Path, clean: CleanOptions, out: Path,
-             vocab_size: int) -> tuple[Path, int]:  # fmt: skip
-    """The condition's prepared directory (its own BPE, as a user would have) and its pairs."""
+             vocab_size: int, resume: bool = False) -> tuple[Path, int]:  # fmt: skip
+    """The condition's prepared directory (its own BPE, as a user would have) and its pairs;
+    with `resume`, one an earlier run prepared whole (`prepare` writes it at once) is kept."""
+    data = out / f"data-{name}"
+    if resume and (data / MANIFEST).is_file():
+        manifest = json.loads((data / MANIFEST).read_text(encoding="utf-8"))
+        return data, manifest["splits"]["train"]["pairs"]
     options = dataclasses.replace(OPTIONS, vocab_size=vocab_size, clean=clean, quiet=True)
-    manifest = prepare(train=train_prefix, valid=raw_prefixes(raw)["valid"],
-                       out=out / f"data-{name}", options=options)  # fmt: skip
-    return out / f"data-{name}", manifest["splits"]["train"]["pairs"]
+    manifest = prepare(train=train_prefix, valid=raw_prefixes(raw)["valid"], out=data,
+                       options=options)  # fmt: skip
+    return data, manifest["splits"]["train"]["pairs"]
+
+
+def finished(config: Config) -> tuple[Path, dict] | None:
+    """The final checkpoint and `end` event of a training of exactly `config` that ran to
+    its last update in `config.train.out_dir` (an earlier, interrupted run's), else None."""
+    out, steps = Path(config.train.out_dir), config.train.max_steps
+    log, checkpoint = out / "train_log.jsonl", out / "checkpoints" / f"step-{steps:06d}"
+    if not log.is_file() or not checkpoint.is_dir():
+        return None
+    ends = [e for e in map(json.loads, log.read_text(encoding="utf-8").splitlines())
+            if e["event"] == "end" and e["step"] == steps]  # fmt: skip
+    if not ends:
+        return None
+    saved = Checkpoint(checkpoint).config
+    # the trainer sets the vocabulary's size from the data (the same directory here)
+    model = dataclasses.replace(config.model, vocab_size=saved.model.vocab_size)
+    if saved != dataclasses.replace(config, model=model):
+        return None
+    return checkpoint, ends[-1]
 
 
 def train_and_score(data: Path, out: Path, seed: int, updates: int, overrides: list[str],
-                    dev: tuple, test: tuple) -> dict:  # fmt: skip
+                    dev: tuple, test: tuple, resume: bool = False) -> dict:  # fmt: skip
     """One training of `updates` updates (configs/multi30k.yaml); its last checkpoint's
-    dev and test scores."""
+    dev and test scores. With `resume`, a training of the same config that an interrupted
+    run finished is scored instead of trained again ("reused"); a half-done one is trained
+    again from the start."""
     budget = [f"data.dir={data}", f"train.out_dir={out}", f"train.max_steps={updates}",
               "train.max_time_minutes=0", f"train.seed={seed}", f"data.seed={seed}"]
     config = apply_overrides(load_config(str(ROOT / "configs" / "multi30k.yaml")),
                              [*budget, *overrides])  # fmt: skip
-    start = time.monotonic()
-    result = train(config)
-    minutes = round((time.monotonic() - start) / 60, 1)
-    checkpoint = result.final_checkpoint
-    return {"seed": seed, "steps": result.steps, "train_minutes": minutes,
+    done = finished(config) if resume else None
+    if done is not None:
+        checkpoint, end = done
+        steps, minutes = end["step"], round(end["elapsed_s"] / 60, 1)
+    else:
+        shutil.rmtree(out, ignore_errors=True)  # a half-done run's: the trainer starts anew
+        start = time.monotonic()
+        result = train(config)
+        minutes = round((time.monotonic() - start) / 60, 1)
+        checkpoint, steps = result.final_checkpoint, result.steps
+    return {"seed": seed, "steps": steps, "train_minutes": minutes, "reused": done is not None,
             "dev": bleu_of(checkpoint, *dev), "test": bleu_of(checkpoint, *test)}  # fmt: skip
 
 
@@ -203,9 +242,11 @@ def trainings(corpora: dict, raw: Path, args: argparse.Namespace) -> dict:
     dev, test = split(raw, "valid"), split(raw, "test")
     runs = {}
     for name, train_prefix in corpora.items():
-        data, pairs = prepared(name, train_prefix, raw, cleaning[name], args.out, args.vocab_size)
+        data, pairs = prepared(name, train_prefix, raw, cleaning[name], args.out, args.vocab_size,
+                               args.resume)  # fmt: skip
         seeds = [train_and_score(data, args.out / f"{name}-seed{seed}", seed, args.updates,
-                                 args.overrides, dev, test) for seed in args.seeds]  # fmt: skip
+                                 args.overrides, dev, test, args.resume)
+                 for seed in args.seeds]  # fmt: skip
         runs[name] = {"pairs": pairs, "seeds": seeds}
     return runs
 
@@ -220,12 +261,16 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--vocab-size", type=int, default=OPTIONS.vocab_size)
     parser.add_argument("--filters-only", action="store_true", help="measure the filters only")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on where an interrupted run in --out stopped: its prepared data "
+                        "and the trainings it finished with the same config are kept and scored")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     add_arguments(parser)
     args = parser.parse_args()
 
     start = time.monotonic()
-    shutil.rmtree(args.out, ignore_errors=True)
+    if not args.resume:
+        shutil.rmtree(args.out, ignore_errors=True)
     clean_pairs = list(zip(*split(args.raw, "train")))
     noisy_pairs, labels = inject_noise(clean_pairs, args.noise, args.noise_seed)
     corpora = {"clean": write_pairs(args.out / "corpus" / "clean", clean_pairs),
@@ -234,6 +279,7 @@ def main() -> None:
     kinds = {kind: labels.count(kind) for kind in ("clean", *KINDS)}
     result: dict = {
         "benchmark": "noisy_corpus", "config": "configs/multi30k.yaml", "updates": args.updates,
+        "resumed": args.resume,
         "overrides": args.overrides, "noise": {"share": args.noise, "seed": args.noise_seed,
                                                "pairs": len(noisy_pairs), "labels": kinds},
         "filters": measure_filters(corpora["noisy"], args.raw, labels, args.out),

@@ -99,3 +99,40 @@ def test_the_benchmark_scores_filters_and_three_trainings(tmp_path, monkeypatch)
     assert summary["seed_spread_test"] is None  # one seed: no spread to compare with
     gap = summary["mean_bleu"]["noisy"]["test"] - summary["mean_bleu"]["clean"]["test"]
     assert summary["test_gaps"]["noisy_minus_clean"] == round(gap, 2)
+
+
+def test_resume_scores_the_finished_trainings_and_trains_the_rest(tmp_path, monkeypatch) -> None:
+    """An interrupted run goes on: trainings that ran to their end with the same config are
+    scored, not trained again; one cut short (or of another config) is trained anew."""
+    tiny = ["model.d_model=16", "model.n_heads=2", "model.d_ff=32", "model.n_layers=1",
+            "data.max_tokens=300", "train.update_tokens=300", "train.warmup=5",
+            "train.save_every_minutes=0", "train.valid_every_steps=0", "train.device=cpu",
+            "decode.beam=2", "decode.max_len_offset=4"]  # fmt: skip
+    out = tmp_path / "out"
+    argv = ["noisy_corpus.py", "--raw", str(fake_multi30k(tmp_path / "raw")), "--out", str(out),
+            "--updates", "3", "--seeds", "1", "--vocab-size", "400", "--results-dir",
+            str(tmp_path / "res"), *tiny]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    bench.main()
+    first = json.loads(next((tmp_path / "res").glob("noisy_corpus_*.json")).read_text())["result"]
+    log = out / "noisy-seed1" / "train_log.jsonl"
+    lines = log.read_text(encoding="utf-8").splitlines()
+    log.write_text("\n".join(l for l in lines if '"end"' not in l) + "\n", encoding="utf-8")
+    trained = []
+    real_train = bench.train
+    monkeypatch.setattr(bench, "train", lambda config: trained.append(config) or real_train(config))
+    monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
+    for old in (tmp_path / "res").glob("*.json"):
+        old.unlink()
+    bench.main()
+    result = json.loads(next((tmp_path / "res").glob("noisy_corpus_*.json")).read_text())["result"]
+    assert result["resumed"] is True
+    assert [Path(c.train.out_dir).name for c in trained] == ["noisy-seed1"]  # cut short
+    reused = {name: run["seeds"][0]["reused"] for name, run in result["runs"].items()}
+    assert reused == {"clean": True, "noisy": False, "cleaned": True}
+    for name in ("clean", "cleaned"):  # the same checkpoints, scored again alike
+        assert result["runs"][name]["seeds"][0]["test"] == first["runs"][name]["seeds"][0]["test"]
+    monkeypatch.setattr(sys, "argv", argv)  # without --resume: everything anew
+    trained.clear()
+    bench.main()
+    assert len(trained) == 3
