@@ -507,7 +507,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, ... (cpu)")
     p.add_argument("--int8", action="store_true", help="int8 weights (CPU, float32 only)")
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads (torch's default)")
-    p.add_argument("--worker", choices=("process", "thread"), default="process",
+    from aiayn.serve.service import WORKERS, ServeConfig
+
+    p.add_argument("--worker", choices=WORKERS, default=ServeConfig.worker,
                    help="where each model decodes: a process of its own, so that models and "
                    "the HTTP layer do not take turns on one interpreter (process), or a thread "
                    "of the server's (thread)")
@@ -527,8 +529,6 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
               ("max_body_bytes", int, "request body size before 413"),
               ("max_beam", int, "largest beam a request may ask for"),
               ("timeout_s", float, "seconds before a request gets 504"))  # fmt: skip
-    from aiayn.serve.service import ServeConfig
-
     for name, kind, text in limits:
         default = ServeConfig.__dataclass_fields__[name].default
         flag = "--timeout" if name == "timeout_s" else f"--{name.replace('_', '-')}"
