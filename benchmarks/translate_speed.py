@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/translate_speed.py [--sentences 500] [--batch-size N]
         [--out-len 30] [--max-tokens 4096] [--device cpu|cuda] [--dtype float32|bfloat16]
-        [--repeats 3] [--small] [--latency]
+        [--repeats 3] [--small] [--latency] [--compile always|never]
 
 The network: aiayn's `Transformer(ModelConfig(vocab_size=8000))` with its random
 initialisation (seed 0): base size (sec. 3, Table 3 "base": d_model 512, 6 + 6 layers,
@@ -11,7 +11,11 @@ sqrt(d_model) tied to the output projection, LayerNorm eps 1e-6), saved as a che
 with an 8000-piece sentencepiece vocabulary (`benchmark_vocab`: pieces of made-up words;
 only their ids and names matter) and exported with `aiayn export` to CTranslate2 (float32,
 and int8 weights) and to a `MarianMTModel`, so every system computes the same function.
-aiayn runs in float32 and with int8 weights (`aiayn.fast.int8`).
+aiayn runs in float32 and with int8 weights (`aiayn.fast.int8`). Its float32 system on a
+CPU searches as a `Translator` does by default once the model's compiled decoder step is
+built (`aiayn.fast.compiled_step`, `--compile always`, the default): the benchmark builds it
+first ("compile_seconds", not counted in the timings; about 0 where the cache held it) and
+checks it like the rest; `--compile never` times the eager fast path (`FastSearch`).
 
 What is the same in every system: the weights, the sources and their batches, beam 4 with
 alpha 0.6, the forced output length, the threads. What is not: each library's own kernels
@@ -76,6 +80,7 @@ from aiayn.data.batching import longest_first_batches
 from aiayn.export import export_checkpoint
 from aiayn.fast.kv_cache import SharedKVCache
 from aiayn.fast.search import FastSearch, row_topk
+from aiayn.fast.static_search import StepSearch
 from aiayn.model.transformer import Transformer
 from results import add_arguments, emit
 
@@ -120,18 +125,33 @@ def padded(sents: list[list[int]], device: str) -> torch.Tensor:
     return src.to(device)
 
 
-def aiayn_search(name: str, model: Transformer) -> FastSearch | None:
-    """The search of aiayn system `name` over its `model`, as a `Translator` has it: the fast
-    path's (the int8 model's with its narrowed encoder-decoder stores), or the core's."""
+Search = FastSearch | StepSearch
+
+
+def aiayn_search(name: str, model: Transformer, built: dict[str, Search] | None = None) -> Search | None:
+    """The search of aiayn system `name` over its `model`, as a `Translator` has it: the one
+    `built` holds for it (the compiled step's, `compiled_search`), else the fast path's
+    (the int8 model's with its narrowed encoder-decoder stores), or the core's."""
+    if built and name in built:
+        return built[name]
     if name == "aiayn_reference":
         return None
     return FastSearch(model, int8=name == "aiayn_int8")
 
 
+def compiled_search(model: Transformer) -> tuple[StepSearch | None, float]:
+    """The compiled step's search over `model` (its step built now, or loaded from the
+    cache), and the seconds that took; None where it cannot be built here."""
+    start = time.perf_counter()
+    search = fast.for_inference(model, compile="always").search
+    seconds = round(time.perf_counter() - start, 1)
+    return (search, seconds) if isinstance(search, StepSearch) else (None, seconds)
+
+
 @torch.no_grad()
 def run_aiayn(
     model: Transformer, batches: list[list[list[int]]], out_len: int, device,
-    search: FastSearch | None = None,
+    search: Search | None = None,
 ) -> int:  # fmt: skip
     steps = 0
     for sents in batches:
@@ -195,11 +215,14 @@ def aiayn_logp(model: Transformer, src: torch.Tensor, tgt: torch.Tensor) -> torc
 
 @torch.no_grad()
 def aiayn_cached_logp(
-    model: Transformer, src: torch.Tensor, tgt: torch.Tensor, search: FastSearch | None
+    model: Transformer, src: torch.Tensor, tgt: torch.Tensor, search: Search | None
 ) -> torch.Tensor:
-    """As `aiayn_logp`, but fed one token a step through the decoding cache the timed
-    search uses (so the int8 model's bfloat16 encoder-decoder stores enter it)."""
+    """As `aiayn_logp`, but fed one token a step through the decoding cache (or the
+    compiled step) the timed search uses (so the int8 model's bfloat16 encoder-decoder
+    stores enter it)."""
     feed, gold = forced(tgt)  # (batch, T + 1) each
+    if isinstance(search, StepSearch):
+        return search.forced_logp(src, feed).gather(2, gold[:, :, None]).squeeze(2)
     src_pad = model.pad_mask(src)
     memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
     steps = []
@@ -233,8 +256,9 @@ def hf_logp(model, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
 
 
 def agreement(
-    systems: dict, sents: list[list[int]], out_len: int, device: str, names: list[str] | None = None
-) -> dict:
+    systems: dict, sents: list[list[int]], out_len: int, device: str, names: list[str] | None = None,
+    built: dict[str, Search] | None = None,
+) -> dict:  # fmt: skip
     """Max |log p| difference of each system from aiayn's first (float) one on `sents` with
     random targets of `out_len` tokens, and of each aiayn system fed through its decoding
     cache ("..._cached"); stops the script if a float32 peer, or aiayn's float32 model
@@ -254,7 +278,8 @@ def agreement(
             )
         diffs[name] = (logp.cpu() - ref).abs().max().item()
     for name in (n for n in systems if n.startswith("aiayn") and systems[n] is not None):
-        logp = aiayn_cached_logp(systems[name], src, tgt.to(device), aiayn_search(name, systems[name]))
+        search = aiayn_search(name, systems[name], built)
+        logp = aiayn_cached_logp(systems[name], src, tgt.to(device), search)
         diffs[f"{name}_cached"] = (logp.cpu() - ref).abs().max().item()
     off = {k: v for k, v in diffs.items() if "int8" not in k and not v <= FLOAT_TOLERANCE}
     if reference == "aiayn_float32" and off:
@@ -306,18 +331,18 @@ def build_systems(config: ModelConfig, device: str, dtype: str, tmp: str) -> tup
     return systems, [vocab.piece(i) for i in range(vocab.size)]
 
 
-def runner(name: str, device: str, names: list[str]):
+def runner(name: str, device: str, names: list[str], built: dict[str, Search] | None = None):
     """The function that decodes `batches` with system `name`. aiayn's fast path keeps its
     cache's memory from one batch and pass to the next on the CPU, as a `Translator` does."""
     if name.startswith("ctranslate2"):
         return lambda model, batches, out_len, device: run_ct2(model, batches, out_len, names)
     if name.startswith("transformers"):
         return run_hf
-    searches: dict[int, FastSearch | None] = {}  # one per model, its memory kept between runs
+    searches: dict[int, Search | None] = {}  # one per model, its memory kept between runs
 
     def run(model, batches, out_len, device):
         if id(model) not in searches:
-            searches[id(model)] = aiayn_search(name, model)
+            searches[id(model)] = aiayn_search(name, model, built)
         return run_aiayn(model, batches, out_len, device, searches[id(model)])
 
     return run
@@ -355,6 +380,9 @@ def parse_args() -> argparse.Namespace:
                         help="d_model 64, 2 + 2 layers, d_ff 256: to check the script quickly")
     parser.add_argument("--latency", action="store_true",
                         help="one sentence a call (batch 1): milliseconds per sentence")
+    parser.add_argument("--compile", choices=("always", "never"), default="always",
+                        help="aiayn float32 on a CPU: its compiled decoder step, built first "
+                        "(always), or the eager fast path (never)")
     add_arguments(parser)
     args = parser.parse_args()
     if args.latency:
@@ -372,9 +400,14 @@ def main() -> None:
     batches = [[sents[i] for i in g] for g in groups(sents, args.max_tokens, args.batch_size)]
     with tempfile.TemporaryDirectory() as tmp:
         systems, names = build_systems(config, args.device, args.dtype, tmp)
-        agree = agreement(systems, sents[:CHECK_SENTENCES], args.out_len, args.device, names)
+        built, compile_seconds = {}, None
+        if args.compile == "always":
+            search, compile_seconds = compiled_search(systems[f"aiayn_{args.dtype}"])
+            built = {f"aiayn_{args.dtype}": search} if search is not None else {}
+        agree = agreement(systems, sents[:CHECK_SENTENCES], args.out_len, args.device, names,
+                          built)  # fmt: skip
         live = {name: model for name, model in systems.items() if model is not None}
-        runners = {name: runner(name, args.device, names) for name in live}
+        runners = {name: runner(name, args.device, names, built) for name in live}
         for name, model in live.items():
             runners[name](model, batches[-1:], 4, args.device)  # first-call overheads, untimed
         runs = {name: [] for name in live}
@@ -399,7 +432,9 @@ def main() -> None:
     ratios["ctranslate2_int8_best"] = best
     best_ratio = best and ratio(seconds, "aiayn_int8", best)
     ratios["speed_ratio_aiayn_over_ctranslate2_int8_best"] = best_ratio
-    report(args, config, len(batches), {**results, **ratios}, agree)
+    search = {"aiayn_search": "compiled decoder step" if built else "eager fast path",
+              "compile_seconds": compile_seconds}  # fmt: skip
+    report(args, config, len(batches), {**search, **results, **ratios}, agree)
 
 
 def report(args, config: ModelConfig, n_batches: int, results: dict, agree: dict) -> None:

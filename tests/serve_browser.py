@@ -27,7 +27,7 @@ def served(checkpoint: Path, *options: str) -> Iterator[str]:
     """`aiayn serve --checkpoint checkpoint --port 0` as a subprocess; yields its URL once
     it is ready, and stops it afterwards."""
     command = [sys.executable, "-m", "aiayn", "serve", "--checkpoint", str(checkpoint),
-               "--port", "0", "--threads", "1", *options]  # fmt: skip
+               "--port", "0", "--threads", "1", "--compile", "never", *options]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline()  # "aiayn serve: listening on http://127.0.0.1:N/ ..."

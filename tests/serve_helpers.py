@@ -106,6 +106,8 @@ def serving(config: ServeConfig, ready: bool = True) -> Iterator[Served]:
 
     if config.threads is None:  # the model's process decodes with the test's threads
         config = dataclasses.replace(config, threads=torch.get_num_threads())
+    if config.compile == "auto":  # no compiled step per test model (tens of seconds each)
+        config = dataclasses.replace(config, compile="never")
     service = Service(config)
     sock = listening_socket("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning"))

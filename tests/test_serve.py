@@ -330,7 +330,7 @@ def test_shutdown_answers_the_requests_already_queued(ckpt, lone):
 def test_sentences_still_queued_when_the_worker_stops_get_503(ckpt):
     """The worker's last batch is run; a job of other options, queued behind it, fails
     with 503 rather than waiting for ever."""
-    service = Service(ServeConfig(str(ckpt), max_wait_ms=10_000))
+    service = Service(ServeConfig(str(ckpt), max_wait_ms=10_000, compile="never"))
     service.start()
     wait_until(lambda: service.batcher.ready, 60)
 

@@ -34,7 +34,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def child(ckpt):
-    runner = ProcessRunner(Load(str(ckpt), threads=1))
+    runner = ProcessRunner(Load(str(ckpt), threads=1, compile="never"))
     runner.start()
     yield runner
     runner.close()
@@ -71,7 +71,7 @@ def test_frames_carry_json_and_end_as_none():
 
 
 def test_a_child_process_gives_the_thread_workers_results(ckpt, child):
-    here = load_runner(Load(str(ckpt), threads=1))
+    here = load_runner(Load(str(ckpt), threads=1, compile="never"))
     sources = sources_of(here)
     wants = [ALL, Wants(), Wants(log_probs=True), ALL, Wants(alignment=True), ALL, ALL]
     expected = here.run(sources, OPTIONS, wants)
@@ -101,7 +101,7 @@ def test_a_failed_batch_says_why_and_the_child_goes_on(ckpt, child):
 
 def test_a_child_that_dies_mid_batch_fails_it_and_the_next_batch_starts_another(ckpt,
                                                                                monkeypatch):
-    runner = ProcessRunner(Load(str(ckpt), threads=1))
+    runner = ProcessRunner(Load(str(ckpt), threads=1, compile="never"))
     runner.start()
     try:
         first = runner.process
@@ -180,3 +180,29 @@ def test_worker_names_a_process_or_a_thread(ckpt, capsys):
     with pytest.raises(SystemExit):
         main(["serve", "--checkpoint", str(ckpt), "--worker", "fibre"])
     assert "invalid choice: 'fibre'" in capsys.readouterr().err
+
+
+def test_a_model_process_builds_its_compiled_step_as_it_warms_up(ckpt, monkeypatch, tmp_path):
+    """`--compile auto` (the default): a server's model builds the compiled decoder step
+    before it answers (here a build that fails, so no test waits for a compiler: the model
+    then decodes without it, and says why); `never` does not try."""
+    import aiayn.fast.compiled_step as compiled
+
+    from aiayn.fast.search import FastSearch
+
+    built = []
+
+    def fail(model, path):
+        built.append(path)
+        raise RuntimeError("no compiler here")
+
+    monkeypatch.setattr(compiled, "_build", fail)
+    monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
+    with pytest.warns(UserWarning, match="could not be compiled"):
+        runner = load_runner(Load(str(ckpt), threads=1))
+    assert [p.parent for p in built] == [tmp_path / "steps"]
+    assert isinstance(runner.translator.search, FastSearch)
+    load_runner(Load(str(ckpt), threads=1, compile="never"))
+    assert len(built) == 1
+    with pytest.raises(ConfigError, match="--compile sometimes: choose one of auto, always, never"):
+        ServeConfig(str(ckpt), compile="sometimes")

@@ -41,6 +41,24 @@ def test_cached_scores_equal_teacher_forced_ones():
     torch.testing.assert_close(cached, forced, atol=1e-5, rtol=0)
 
 
+def test_a_built_search_is_the_one_timed_and_scored():
+    """The compiled step's search (`compiled_search`), handed in as `built`, is the one the
+    system decodes with and is scored through (here its eager step: no build in a test)."""
+    from aiayn.fast.static_search import StepSearch
+
+    model = fast.for_inference(tiny_model(), compile="never").model
+    built = {"aiayn_float32": StepSearch(model)}
+    assert translate_speed.aiayn_search("aiayn_float32", model, built) is built["aiayn_float32"]
+    assert isinstance(translate_speed.aiayn_search("aiayn_int8", model, built),
+                      translate_speed.FastSearch)  # fmt: skip
+    src = translate_speed.padded(SENTS, "cpu")
+    tgt = torch.randint(4, translate_speed.VOCAB, (len(SENTS), 7), generator=torch.Generator().manual_seed(3))
+    cached = translate_speed.aiayn_cached_logp(model, src, tgt, built["aiayn_float32"])
+    torch.testing.assert_close(cached, translate_speed.aiayn_logp(model, src, tgt), atol=1e-5, rtol=0)
+    steps = translate_speed.runner("aiayn_float32", "cpu", [], built)(model, [SENTS], 4, "cpu")
+    assert steps == len(SENTS) * 4
+
+
 def test_agreement_reports_each_aiayn_system_through_its_cache():
     model = tiny_model()
     systems = {"aiayn_float32": fast.for_inference(model).model,
@@ -99,7 +117,7 @@ def test_latency_mode_decodes_one_sentence_a_call_in_every_system(monkeypatch, c
     import json
 
     argv = ["translate_speed.py", "--small", "--latency", "--sentences", "3", "--out-len", "3",
-            "--repeats", "1", "--no-save"]  # fmt: skip
+            "--repeats", "1", "--compile", "never", "--no-save"]  # fmt: skip
     monkeypatch.setattr(sys, "argv", argv)
     translate_speed.main()
     result = json.loads(capsys.readouterr().out)

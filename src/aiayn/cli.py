@@ -309,7 +309,17 @@ def _add_decode_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), help="(float32)")
     p.add_argument("--int8", action="store_true",
                    help="int8 weights for faster CPU decoding (CPU, float32 only)")  # fmt: skip
+    _add_compile_option(p, "a compiled one is in the cache")
     p.add_argument("--reference", action="store_true", help=REFERENCE_HELP)
+
+
+def _add_compile_option(p: argparse.ArgumentParser, auto: str) -> None:
+    from aiayn.config import COMPILE
+
+    p.add_argument("--compile", choices=COMPILE, default="auto",
+                   help="run each decoder step as one compiled function (float32 CPU models): "
+                   f"auto = where {auto}; always = compile it now if it is not (tens of "
+                   "seconds once, kept in the cache for later runs); never = not (auto)")  # fmt: skip
 
 
 def _translator(args: argparse.Namespace, nbest: int | None = None):
@@ -319,6 +329,7 @@ def _translator(args: argparse.Namespace, nbest: int | None = None):
         args.checkpoint, device=args.device, dtype=args.dtype, beam=args.beam, alpha=args.alpha,
         max_len_offset=args.max_len_offset, min_len=args.min_len, nbest=nbest,
         max_tokens=args.max_tokens, int8=args.int8, reference=args.reference,
+        compile=args.compile,
     )  # fmt: skip
 
 
@@ -506,6 +517,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000, help="port (8000; 0 = any free one)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, ... (cpu)")
     p.add_argument("--int8", action="store_true", help="int8 weights (CPU, float32 only)")
+    _add_compile_option(p, "one is in the cache, else compiled as the server warms up")
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads (torch's default)")
     from aiayn.serve.service import WORKERS, ServeConfig
 

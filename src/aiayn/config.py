@@ -182,6 +182,10 @@ class TrainConfig:
                               "(drop --reference or train.compile)")  # fmt: skip
 
 
+# When a search runs the compiled decoder step (`fast.for_inference`, `--compile`).
+COMPILE = ("auto", "always", "never")
+
+
 @dataclass
 class DecodeConfig:
     """Beam search as in sec. 6.1: beam 4, length penalty alpha 0.6, max length input + 50."""

@@ -89,13 +89,15 @@ class Translator:
         int8: bool = False,
         reference: bool = False,
         long_lived: bool = False,
+        compile: str = "auto",
     ) -> Translator:
         """Load a checkpoint directory (training or averaged: both are plain checkpoints).
 
         The decoding options override the checkpoint's `DecodeConfig`; None keeps its value.
         `int8`: quantize the weights for faster CPU decoding (`aiayn.fast.int8`); CPU and
         float32 only. `reference`: the core alone, without the fast path (nor int8, part of it).
-        `long_lived`: for a server (`fast.for_inference`).
+        `long_lived`: for a server; `compile`: when the search runs the compiled decoder
+        step, "auto", "always" or "never" (both: `fast.for_inference`).
         """
         dtype = parse_dtype(dtype)
         if int8 and reference:
@@ -106,7 +108,8 @@ class Translator:
         ckpt = load_checkpoint(path, device=device, dtype=dtype)
         model, search = ckpt.model, None
         if not reference:
-            model, search = fast.for_inference(model, int8=int8, long_lived=long_lived)
+            model, search = fast.for_inference(model, int8=int8, long_lived=long_lived,
+                                               compile=compile)  # fmt: skip
         given = dict(beam=beam, alpha=alpha, max_len_offset=max_len_offset, min_len=min_len)
         given.update(nbest=nbest)
         config = dataclasses.replace(

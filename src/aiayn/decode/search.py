@@ -6,7 +6,7 @@
     hyps = search(model, src, config)                # greedy at beam 1, else beam search
 
 The driver encodes the source once, feeds one target token per step, and reorders the
-cache with the row indices the strategy (`decode/strategy.py`) returns. A sentence that is
+cache with the row indices the strategy (`decode/strategy.py`) returns (`CachedSteps`). A sentence that is
 done leaves the batch at once: its rows are dropped from the cache and from the strategy's
 state in the same `reorder`, so long sentences do not slow the short ones down.
 
@@ -93,34 +93,56 @@ def output_limits(model, src: Tensor, max_len_offset: int) -> Tensor:
     return max_len
 
 
+class CachedSteps:
+    """The model's next-token log-probabilities, one position a step: `Transformer.decode`
+    over a `KVCache` (the source encoded once), then the pre-softmax projection and its
+    log-softmax in float32, whatever the model's dtype. `reorder` keeps the rows a strategy
+    picked. `run_search` drives these by default; the fast path gives its own."""
+
+    def __init__(self, model, src: Tensor, cache: KVCache | None = None) -> None:
+        self.model = model
+        src_pad = model.pad_mask(src)  # (batch, src_len), True = padding
+        self.memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
+        self.cache = cache if cache is not None else model.new_cache(src_pad)
+
+    def __call__(self, tokens: Tensor) -> Tensor:
+        """tokens (rows,) fed at the next position -> (rows, vocab) log-probabilities."""
+        cache = self.cache
+        hidden = self.model.decode(tokens[:, None], self.memory, cache.src_pad_mask, cache)
+        self.memory = None  # from now on the cache holds the encoder-decoder keys and values
+        return self.model.project(hidden[:, -1]).float().log_softmax(dim=-1)  # (rows, vocab)
+
+    def reorder(self, rows: Tensor, sentences: Tensor | None) -> None:
+        """Keep hypothesis rows `rows`, in that order (`sentences`: the active sentences
+        that stay, where some left; the cache finds them from the rows)."""
+        self.cache.reorder(rows)  # each sentence's rows stay one contiguous block
+
+
 @torch.no_grad()
 def run_search(
     model, src: Tensor, strategy: Strategy, bos_id: int | None = None,
-    cache: KVCache | None = None,
+    cache: KVCache | None = None, steps: CachedSteps | None = None,
 ) -> list[list[Hypothesis]]:  # fmt: skip
     """Drive `strategy` with the model's next-token log-probabilities until every sentence
     is done; -> per sentence (in input order), its finished hypotheses. bos_id None: the
-    model's; `cache`: an empty cache for `src` (None: `model.new_cache`).
+    model's; `cache`: an empty cache for `src` (None: `model.new_cache`); `steps`: what
+    computes the log-probabilities (None: `CachedSteps` over the model and the cache).
 
-    Pad and bos are never generated. Log-probabilities are computed in float32 whatever
-    the model's dtype.
+    Pad and bos are never generated.
     """
     if src.size(0) == 0:  # no sentences: nothing to search (the steps below need one)
         return []
     bos_id = model.config.bos_id if bos_id is None else bos_id
-    src_pad = model.pad_mask(src)  # (batch, src_len), True = padding
-    memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
-    cache = cache if cache is not None else model.new_cache(src_pad)
+    steps = steps if steps is not None else CachedSteps(model, src, cache)
     alive = torch.arange(src.size(0), device=src.device)  # input index of each active sentence
     results: list[list[Hypothesis]] = [[] for _ in range(src.size(0))]
-    tokens = torch.full((src.size(0), 1), bos_id, dtype=torch.long, device=src.device)
+    tokens = torch.full((src.size(0),), bos_id, dtype=torch.long, device=src.device)
     forbidden = [model.config.pad_id, bos_id]
     while True:
-        hidden = model.decode(tokens, memory, cache.src_pad_mask, cache)  # (rows, 1, d_model)
-        memory = None  # from now on the cache holds the encoder-decoder keys and values
-        logp = model.project(hidden[:, -1]).float().log_softmax(dim=-1)  # (rows, vocab)
+        logp = steps(tokens)  # (rows, vocab)
         logp[:, forbidden] = NEG_INF
         rows, next_tokens, done = strategy.step(logp.view(alive.numel(), -1, logp.size(-1)))
+        sentences = None
         if done.any():
             finished = done.nonzero().squeeze(1)
             for i, hyps in zip(alive[finished].tolist(), strategy.results(finished)):
@@ -136,5 +158,5 @@ def run_search(
                 rows = rows.view(done.numel(), -1)[sentences].flatten()
             next_tokens = next_tokens.view(done.numel(), -1)[sentences].flatten()
         if rows is not None:
-            cache.reorder(rows)  # each sentence's rows stay one contiguous block
-        tokens = next_tokens[:, None]  # (rows, 1)
+            steps.reorder(rows, sentences)
+        tokens = next_tokens  # (rows,)

@@ -14,10 +14,13 @@ the same parameters and tested equal to it (tests/fast/). The core (`model/`, `l
 | `MultiHeadAttention` (sec. 3.2.2), decoding | `attention.GroupedAttention` | a sentence's hypotheses read its keys once |
 | `model.cache.KVCache` (sec. 3.2.3) | `kv_cache.SharedKVCache` | a beam reorder moves no keys |
 | `decode.search.search` | `search.FastSearch` | a faster top-k, cache memory kept between searches |
+| `Transformer.decode` + `project` in search | `static_step.DecoderStep`, run by `static_search.StepSearch` | one step as one function of tensors, compiled ahead of time (`compiled_step.py`): no interpreter in a step |
 | `RealTokenLoss` (sec. 5.4) | `loss.ChunkedRealTokenLoss` | no (tokens, vocab) logits; the GPU attention kernel |
 
 With `int8`, `int8.quantize_int8` gives every linear map int8 weights (CPU decoding);
 with `long_lived` (a server), `linear.warm_up` builds every oneDNN kernel up front.
+`compile` says when the search runs the compiled decoder step (float32 CPU models): see
+`for_inference`; without it, `FastSearch` over the fast pieces.
 `--reference` (`train.fast: false`) runs the core alone. Restricted self-attention
 (`model/window.py`) has no fast piece: it stays the core's, and decoding keeps to its
 window through the shared cache's entries.
@@ -32,15 +35,18 @@ from typing import NamedTuple
 
 from torch import nn
 
+from aiayn.config import COMPILE
 from aiayn.decode.search import Search
 from aiayn.device import check_int8
 from aiayn.fast.attention import GroupedAttention
+from aiayn.fast.compiled_step import load_compiled
 from aiayn.fast.dropout import CompactDropout, FastResidual
 from aiayn.fast.feedforward import FusedFeedForward
 from aiayn.fast.int8 import quantize_int8
 from aiayn.fast.linear import OneDnnLinear, shared_choice, warm_up
 from aiayn.fast.loss import ChunkedRealTokenLoss
 from aiayn.fast.search import FastSearch
+from aiayn.fast.static_search import StepSearch
 from aiayn.loss import RealTokenLoss
 from aiayn.model.attention import MultiHeadAttention
 from aiayn.model.layers import PositionwiseFeedForward, Residual
@@ -67,11 +73,22 @@ def for_training(
     return ChunkedRealTokenLoss.from_core(loss, compiled, attention_kernel)
 
 
-def for_inference(model: Transformer, *, int8: bool = False, long_lived: bool = False) -> Inference:
+def for_inference(
+    model: Transformer, *, int8: bool = False, long_lived: bool = False, compile: str = "auto"
+) -> Inference:
     """`model` (eval mode, changed in place) with every fast piece swapped in, and the fast
     search over it. `int8`: int8 weights for CPU decoding (CPU, float32 only). `long_lived`:
     for a process that serves for long (`aiayn serve`): every kernel shape the CPU's matrix
-    library will be asked for is built now, so that memory stays flat over a run."""
+    library will be asked for is built now, so that memory stays flat over a run.
+
+    `compile`: "auto" searches with the compiled decoder step where one is in the cache,
+    and a long-lived process builds it now if not (a server does while it warms up, before
+    it says ready); "always" builds it now if missing (tens of seconds, once: later runs load
+    it); "never" keeps the eager search. A one-off run does not build by default, so that a
+    one-line translation is never slower than without it. Not for int8 models or where
+    `compiled_step.can_compile` says no: those keep `FastSearch`."""
+    if compile not in COMPILE:
+        raise ValueError(f"compile must be one of {', '.join(COMPILE)}, got {compile!r}")
     if int8:
         weight = model.output_weight
         check_int8(weight.device, weight.dtype)
@@ -84,7 +101,10 @@ def for_inference(model: Transformer, *, int8: bool = False, long_lived: bool = 
         quantize_int8(model)
     if long_lived:
         warm_up(model)
-    return Inference(model, FastSearch(model, int8))
+    step = None
+    if compile != "never" and not int8:
+        step = load_compiled(model, build=compile == "always" or long_lived)
+    return Inference(model, FastSearch(model, int8) if step is None else StepSearch(model, step))
 
 
 def apply(module: nn.Module) -> nn.Module:

@@ -94,19 +94,26 @@ def shared_choice() -> ProductChoice:
 
 def choice_table(cache: Path | None = None) -> Path:
     """Where the measured choices of this machine and these libraries are kept: a JSON file
-    in aiayn's cache directory (`$AIAYN_CACHE_DIR`, else `$XDG_CACHE_HOME/aiayn`, else
-    `~/.cache/aiayn`), named by
-    a hash of the CPU's model, the kernels torch and oneDNN may use (ATEN_CPU_CAPABILITY,
-    ONEDNN_MAX_CPU_ISA) and torch's version, so that a change of any of them measures anew.
-    Deleting the file also does."""
-    if cache is None and os.environ.get("AIAYN_CACHE_DIR"):
-        cache = Path(os.environ["AIAYN_CACHE_DIR"])
-    if cache is None:
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "aiayn"
+    in `cache_dir()` named by `machine_digest()`, so that a change of CPU, kernels or torch
+    measures anew. Deleting the file also does."""
+    return (cache or cache_dir()) / f"products-{machine_digest()}.json"
+
+
+def cache_dir() -> Path:
+    """aiayn's cache directory: `$AIAYN_CACHE_DIR`, else `$XDG_CACHE_HOME/aiayn`, else
+    `~/.cache/aiayn` (what it holds is measured or built here, and rebuilt when missing)."""
+    if os.environ.get("AIAYN_CACHE_DIR"):
+        return Path(os.environ["AIAYN_CACHE_DIR"])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "aiayn"
+
+
+def machine_digest() -> str:
+    """A hash of what makes a measurement or a compiled kernel this machine's: the CPU's
+    model, the kernels torch and oneDNN may use (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA)
+    and torch's version."""
     machine = [cpu_field("model name"), torch.backends.cpu.get_cpu_capability(),
                os.environ.get("ONEDNN_MAX_CPU_ISA", ""), torch.__version__]  # fmt: skip
-    digest = hashlib.sha256("|".join(machine).encode()).hexdigest()[:16]
-    return cache / f"products-{digest}.json"
+    return hashlib.sha256("|".join(machine).encode()).hexdigest()[:16]
 
 
 def _table_key(key: tuple) -> str:

@@ -21,7 +21,25 @@ from aiayn.fast.int8 import cross_store_dtype
 from aiayn.fast.kv_cache import SharedKVCache
 
 
-class FastSearch:
+class Searcher:
+    """A search for one model (`self.model`), called as `search(src, config)`: its
+    strategy with `row_topk`, driven by the subclass's `run`."""
+
+    model: object
+
+    def __call__(
+        self, src: Tensor, config: DecodeConfig, bos_id: int | None = None,
+        eos_id: int | None = None,
+    ) -> list[list[Hypothesis]]:  # fmt: skip
+        """Greedy search at beam 1, else beam search: per sentence its hypotheses."""
+        strategy = make_strategy(self.model, src, config, eos_id, config.beam == 1, topk=row_topk)
+        return self.run(src, strategy, bos_id)
+
+    def run(self, src: Tensor, strategy: Strategy, bos_id: int | None = None) -> list[list[Hypothesis]]:
+        raise NotImplementedError
+
+
+class FastSearch(Searcher):
     """`decode.search.search` for one model, with the fast path's pieces: `row_topk`, and a
     shared cache whose memory is kept from one search to the next on a CPU (`StoreBuffers`:
     for the life of this object) and whose encoder-decoder stores are in the int8 model's
@@ -35,14 +53,6 @@ class FastSearch:
         self.model = model
         self.buffers = StoreBuffers.for_device(next(model.parameters()).device)
         self.cross_dtype = cross_store_dtype() if int8 else None
-
-    def __call__(
-        self, src: Tensor, config: DecodeConfig, bos_id: int | None = None,
-        eos_id: int | None = None,
-    ) -> list[list[Hypothesis]]:  # fmt: skip
-        """Greedy search at beam 1, else beam search: per sentence its hypotheses."""
-        strategy = make_strategy(self.model, src, config, eos_id, config.beam == 1, topk=row_topk)
-        return self.run(src, strategy, bos_id)
 
     def run(self, src: Tensor, strategy: Strategy, bos_id: int | None = None) -> list[list[Hypothesis]]:
         """`decode.search.run_search` of a given strategy (e.g. a benchmark's, which forces

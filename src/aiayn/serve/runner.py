@@ -120,6 +120,7 @@ class Load:
     int8: bool = False
     threads: int | None = None  # torch's CPU threads (None: torch's default)
     max_tokens: int = 4096
+    compile: str = "auto"  # `fast.for_inference`: "auto" builds the compiled step now if missing
 
 
 def load_runner(load: Load) -> TranslatorRunner:
@@ -131,6 +132,7 @@ def load_runner(load: Load) -> TranslatorRunner:
     # each stays for the life of the process, and met one by one as batches of new sizes
     # came, they made the server's memory creep up over a run.
     translator = Translator.from_checkpoint(load.path, device=load.device, int8=load.int8,
-                                            max_tokens=load.max_tokens, long_lived=True)  # fmt: skip
+                                            max_tokens=load.max_tokens, long_lived=True,
+                                            compile=load.compile)  # fmt: skip
     translator.translate(["warm up"])
     return TranslatorRunner(translator)

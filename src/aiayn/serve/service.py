@@ -22,6 +22,7 @@ from aiayn.analysis.heads_output import read_report
 from aiayn.checkpoint import Checkpoint
 from aiayn.data.vocab import cpu_threads
 from aiayn.errors import ConfigError
+from aiayn.config import COMPILE
 from aiayn.model.transformer import parameter_count
 from aiayn.serve.batcher import Batcher, Job, NotReady, QueueFull, Runner, Turns
 from aiayn.serve.models import Model, Models, NoRoute, checkpoint_paths
@@ -45,6 +46,7 @@ class ServeConfig:
     port: int = 8000
     device: str = "cpu"
     int8: bool = False
+    compile: str = "auto"  # the compiled decoder step (`fast.for_inference`), built at warm-up
     threads: int | None = None  # torch's CPU threads (None: torch's default)
     max_batch_tokens: int = 4096  # padded source tokens of one batch
     max_wait_ms: float = 10.0  # how long the oldest request waits for others to join it
@@ -74,6 +76,8 @@ class ServeConfig:
             raise ConfigError("--max-wait-ms must be >= 0 and --timeout > 0")
         if self.worker not in WORKERS:
             raise ConfigError(f"--worker {self.worker}: choose one of {', '.join(WORKERS)}")
+        if self.compile not in COMPILE:
+            raise ConfigError(f"--compile {self.compile}: choose one of {', '.join(COMPILE)}")
         if not 0 <= self.port < 65536:
             raise ConfigError(f"--port {self.port} is not a port number")
 
@@ -159,7 +163,7 @@ class Service:
         model.parameters = parameter_count(model.config.model)
         model.encode = functools.partial(source_ids, Checkpoint(model.path).src_vocab,
                                          model.config.model)  # fmt: skip
-        load = Load(model.path, c.device, c.int8, c.threads, c.max_batch_tokens)
+        load = Load(model.path, c.device, c.int8, c.threads, c.max_batch_tokens, c.compile)
         if c.worker == "process":
             runner: Runner = ProcessRunner(load)
             runner.start()

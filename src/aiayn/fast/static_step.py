@@ -1,0 +1,133 @@
+"""One decoder step as a single function of tensors (a speed-up of `Transformer.decode` with
+a cache, `project` and the log-softmax of `decode/search.py`).
+
+    step = DecoderStep.from_model(model)
+    logp, new_k, new_v = step(tokens, position, self_k, self_v, cross_k, cross_v, src_mask)
+
+The core's step walks the model's modules, its cache objects and their Python bookkeeping:
+on a small model most of a step's time is that walk, not arithmetic. Here a step is the
+arithmetic alone, over plain tensors: the token embedding and its position (sec. 3.4, 3.5),
+each decoder layer (sec. 3.1: masked self-attention over the earlier positions' keys and
+values, encoder-decoder attention, eq. 2, each in its residual connection and LayerNorm)
+and the pre-softmax projection with its log-softmax, in float32 as the core's search takes
+it. The caller keeps the keys and values: the step reads the earlier ones and returns the
+new position's, so that it mutates nothing and can run eagerly or be compiled as one graph.
+
+Self-attention at the new position sees the earlier positions' keys and its own (the
+decoder's masking, sec. 3.2.3): the scores of the two parts are put side by side before one
+softmax, so no key is copied to join them. Encoder-decoder attention runs the `group`
+hypotheses of a sentence as one query block over the sentence's keys, stored once.
+
+The weights are the model's own: the step calls its linear maps (the fast path's products,
+where they are swapped in) and LayerNorms by the core modules' names, which the fast
+pieces keep; so the step computes what the core computes for any `ModelConfig` except
+restricted self-attention (a window: `supports` says no).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from aiayn.model.transformer import Transformer
+
+
+def supports(model: Transformer) -> bool:
+    """Whether `DecoderStep` computes this model's step: linear maps that are `nn.Linear`s
+    (not int8's packed ones) and no attention window (`model/window.py` keeps a window the
+    step does not)."""
+    linears = [model.out_proj, *(m for layer in model.decoder for m in layer.modules()
+                                 if "Linear" in type(m).__name__)]  # fmt: skip
+    return model.config.attention_window == 0 and all(isinstance(m, nn.Linear) for m in linears)
+
+
+class DecoderStep(nn.Module):
+    """The decoder's step over explicit keys and values (see the module's docstring)."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        if not supports(model):
+            raise ValueError("DecoderStep needs nn.Linear maps (not int8) and no attention window")
+        c = model.config
+        self.model = model  # a submodule: its parameters are the step's (no copies)
+        self.heads, self.d_k, self.d_v = c.n_heads, c.key_dim, c.value_dim
+        self.pre_norm = c.norm == "pre"
+
+    @classmethod
+    def from_model(cls, model: Transformer) -> DecoderStep:
+        return cls(model).eval()
+
+    def forward(
+        self, tokens: Tensor, position: Tensor, self_k: Tensor, self_v: Tensor,
+        cross_k: Tensor, cross_v: Tensor, src_mask: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+        """tokens (rows,) fed at this step; position (d_model,): its positional encoding;
+        self_k, self_v (earlier, layers, rows, heads, d_k | d_v): the earlier positions'
+        (position first, so that a store's first positions are one contiguous block);
+        cross_k, cross_v (layers, sentences, heads, src_len, d_k | d_v): the encoder output's,
+        once per sentence, whose `group` = rows / sentences rows are contiguous; src_mask
+        (sentences, 1, 1, src_len), True = may attend.
+        -> log-probabilities (rows, vocab) in float32, and this position's keys and values
+        (layers, rows, heads, d_k | d_v)."""
+        m, rows = self.model, tokens.size(0)
+        x = F.embedding(tokens, m.tgt_embed.weight) * m.tgt_embed.scale + position  # (rows, d)
+        new_k, new_v = [], []
+        for i, layer in enumerate(m.decoder):
+            attn, res = layer.self_attn, layer.res_self
+            q, k, v = _linear(attn.w_qkv, self._in(res, x)).split(
+                [self.heads * self.d_k, self.heads * self.d_k, self.heads * self.d_v], dim=-1
+            )
+            q, k, v = (t.view(rows, self.heads, -1) for t in (q, k, v))  # (rows, heads, d)
+            new_k.append(k)
+            new_v.append(v)
+            out = self._self_attention(q, k, v, self_k[:, i], self_v[:, i])  # (rows, heads * d_v)
+            x = self._out(res, x, _linear(attn.w_o, out))
+            attn, res = layer.cross_attn, layer.res_cross
+            q = _linear(attn.w_q, self._in(res, x))  # (rows, heads * d_k)
+            out = self._cross_attention(q, cross_k[i], cross_v[i], src_mask)
+            x = self._out(res, x, _linear(attn.w_o, out))
+            ffn, res = layer.ffn, layer.res_ffn
+            hidden = ffn.activation(_linear(ffn.w_1, self._in(res, x)))  # (rows, d_ff)
+            x = self._out(res, x, _linear(ffn.w_2, hidden))
+        x = m.decoder_norm(x)  # the pre-LN stack's final norm; the paper's post-LN: none
+        logits = _linear(m.out_proj, x)  # (rows, vocab)
+        return logits.float().log_softmax(dim=-1), torch.stack(new_k), torch.stack(new_v)
+
+    def _in(self, res: nn.Module, x: Tensor) -> Tensor:
+        """A sub-layer's input: x, or LayerNorm(x) in the pre-LN variant (`Residual`)."""
+        return res.norm(x) if self.pre_norm else x
+
+    def _out(self, res: nn.Module, x: Tensor, y: Tensor) -> Tensor:
+        """The residual connection around a sub-layer's output y (sec. 3.1, `Residual`)."""
+        return x + y if self.pre_norm else res.norm(x + y)
+
+    def _self_attention(self, q: Tensor, k: Tensor, v: Tensor, keys: Tensor, values: Tensor) -> Tensor:
+        """Eq. 1 for a query per row over its earlier keys and its own: q, k, v (rows, heads,
+        d); keys, values (earlier, rows, heads, d) -> (rows, heads * d_v)."""
+        scale = 1.0 / math.sqrt(self.d_k)
+        earlier = torch.einsum("rhd,trhd->rht", q, keys) * scale  # (rows, heads, earlier)
+        own = (q * k).sum(dim=-1, keepdim=True) * scale  # (rows, heads, 1)
+        weights = torch.cat([earlier, own], dim=-1).softmax(dim=-1)  # (rows, heads, earlier + 1)
+        n = keys.size(0)
+        out = torch.einsum("rht,trhd->rhd", weights[..., :n], values) + weights[..., n:] * v
+        return out.flatten(1)  # (rows, heads * d_v)
+
+    def _cross_attention(self, q: Tensor, keys: Tensor, values: Tensor, src_mask: Tensor) -> Tensor:
+        """Eq. 1 over the source: q (rows, heads * d_k), a sentence's rows together; keys,
+        values (sentences, heads, src_len, d) -> (rows, heads * d_v)."""
+        rows, sentences = q.size(0), keys.size(0)
+        q = q.view(sentences, rows // sentences, self.heads, self.d_k).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=src_mask)
+        return out.transpose(1, 2).reshape(rows, self.heads * self.d_v)  # (rows, heads * d_v)
+
+
+
+def _linear(linear: nn.Linear, x: Tensor) -> Tensor:
+    """`linear(x)`: eagerly the module itself (the fast path's product choice, where it is
+    swapped in); traced for a compiler, plain `F.linear`, whose products the compiler picks."""
+    if torch.compiler.is_compiling():
+        return F.linear(x, linear.weight, linear.bias)
+    return linear(x)

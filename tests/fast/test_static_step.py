@@ -1,0 +1,177 @@
+"""The decoder step as one function of tensors (`fast/static_step.py`), its search
+(`fast/static_search.py`) and its compiled form (`fast/compiled_step.py`), against the core:
+the same hypotheses and scores in float64 for every kind of model the step supports, and
+the compiled step's translations equal to the core's in float32."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+from aiayn import fast
+from aiayn.config import DecodeConfig
+from aiayn.decode.search import search as core_search
+from aiayn.fast import compiled_step as compiled_module
+from aiayn.fast.compiled_step import artifact_path, can_compile, load_compiled
+from aiayn.fast.int8 import quantize_int8
+from aiayn.fast.search import FastSearch
+from aiayn.fast.static_search import StepSearch
+from aiayn.fast.static_step import DecoderStep, supports
+from aiayn.model.transformer import Transformer
+from conftest import tiny_model_config
+
+# Sentences of different lengths (padding, and searches that end at different steps).
+SOURCES = torch.tensor([[5, 6, 7, 8, 9, 3], [9, 10, 3, 0, 0, 0], [11, 3, 0, 0, 0, 0]])
+
+KINDS = {
+    "paper": {},
+    "pre-LN": dict(norm="pre"),
+    "learned positions": dict(positional="learned", max_len=64),
+    "d_k 3, d_v 5": dict(d_k=3, d_v=5),
+    "biases, untied, gelu": dict(attention_bias=True, output_bias=True, tie_embeddings=False,
+                                 activation="gelu"),  # fmt: skip
+    "own source vocabulary": dict(src_vocab_size=31, tie_embeddings=False),
+}
+
+
+def _model(seed: int = 0, **overrides) -> Transformer:
+    torch.manual_seed(seed)
+    model = Transformer(tiny_model_config(**overrides)).eval()
+    for p in model.parameters():  # weights far from the initial ones: peaked distributions
+        p.data.add_(torch.randn_like(p) * 0.3)
+    return model
+
+
+def _same(found, expected) -> None:
+    assert [[h.tokens for h in hyps] for hyps in found] == [[h.tokens for h in hyps] for hyps in expected]
+    for hyps, ref in zip(found, expected):
+        for h, r in zip(hyps, ref):
+            # Float32 scores (the search's), summed in another order by a compiled step.
+            assert h.score == pytest.approx(r.score, rel=1e-5, abs=1e-5)
+            assert h.log_prob == pytest.approx(r.log_prob, rel=1e-5, abs=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=list(KINDS))
+@pytest.mark.parametrize("beam", [1, 4], ids=["greedy", "beam 4"])
+def test_the_step_search_finds_the_core_hypotheses_in_float64(kind, beam):
+    core = _model(**KINDS[kind]).double()
+    model = fast.apply(copy.deepcopy(core))
+    config = DecodeConfig(beam=beam, nbest=2 if beam > 1 else 1, max_len_offset=6)
+    found = StepSearch(model)(SOURCES, config)
+    _same(found, core_search(core, SOURCES, config))
+    assert len({len(h[0].tokens) for h in found}) > 1  # the sentences ended at different steps
+
+
+@pytest.mark.parametrize("kind", ["paper", "pre-LN"])
+def test_teacher_forcing_through_the_step_gives_the_core_log_probabilities(kind):
+    core = _model(**KINDS[kind]).double()
+    tgt_in = torch.tensor([[2, 7, 8, 9], [2, 10, 11, 12], [2, 13, 3, 0]])
+    expected = core(SOURCES, tgt_in).float().log_softmax(dim=-1)  # (batch, 4, vocab)
+    got = StepSearch(fast.apply(copy.deepcopy(core))).forced_logp(SOURCES, tgt_in)
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+
+
+def test_the_step_returns_this_positions_keys_and_reads_the_earlier_ones():
+    """Two steps fed by hand: the second's log-probabilities change with the first's keys
+    (it reads them), and each step returns its own position's keys and values."""
+    model = _model().double()
+    step = DecoderStep.from_model(model)
+    layers, heads, d = len(model.decoder), step.heads, step.d_k
+    src = SOURCES[:1]
+    memory = model.encode(src)
+    cross = [layer.cross_attn.project_kv(memory) for layer in model.decoder]
+    cross_k, cross_v = (torch.stack([kv[i] for kv in cross]) for i in (0, 1))
+    mask = ~model.pad_mask(src)[:, None, None, :]
+    position = model.tgt_positional.table[:2].to(torch.float64)
+    empty = torch.zeros(0, layers, 1, heads, d, dtype=torch.float64)
+    tokens = torch.tensor([model.config.bos_id])
+    with torch.no_grad():
+        logp, k, v = step(tokens, position[0], empty, empty, cross_k, cross_v, mask)
+        assert logp.shape == (1, model.config.vocab_size) and logp.dtype == torch.float32
+        assert k.shape == v.shape == (layers, 1, heads, d)
+        second = step(torch.tensor([7]), position[1], k[None], v[None], cross_k, cross_v, mask)[0]
+        other = step(torch.tensor([7]), position[1], k[None] + 1, v[None], cross_k, cross_v, mask)[0]
+    assert not torch.equal(second, other)
+
+
+def test_models_the_step_does_not_compute_keep_the_other_searches():
+    assert not supports(_model(attention_window=2))
+    with pytest.raises(ValueError, match="window"):
+        DecoderStep(_model(attention_window=2))
+    int8 = quantize_int8(fast.apply(_model()))
+    assert not supports(int8) and not can_compile(int8)
+    assert not can_compile(_model().double())  # float32 only
+    for model, kind in ((_model(attention_window=2), FastSearch), (_model(), FastSearch)):
+        search = fast.for_inference(model, compile="never").search
+        assert isinstance(search, kind)
+    with pytest.raises(ValueError, match="compile must be one of"):
+        fast.for_inference(_model(), compile="sometimes")
+
+
+def test_the_artifact_is_keyed_by_the_weights_and_the_config(tmp_path):
+    model = _model()
+    path = artifact_path(model, tmp_path)
+    assert path.parent == tmp_path / "steps" and path.suffix == ".pt2"
+    assert artifact_path(copy.deepcopy(model), tmp_path) == path
+    changed = copy.deepcopy(model)
+    with torch.no_grad():
+        changed.decoder[0].ffn.w_1.bias[0] += 1e-3
+    assert artifact_path(changed, tmp_path) != path
+    assert artifact_path(_model(ln_eps=1e-5), tmp_path) != path  # same weights, other config
+
+
+def test_without_a_cached_step_nothing_is_built_unless_asked(tmp_path, monkeypatch):
+    def refuse(model, path):
+        raise AssertionError("built")
+
+    monkeypatch.setattr(compiled_module, "_build", refuse)
+    model = _model()
+    assert load_compiled(model, cache=tmp_path) is None
+    path = artifact_path(model, tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a package")  # e.g. a build that was killed while writing
+    assert load_compiled(model, cache=tmp_path) is None
+
+
+def test_a_build_that_fails_warns_and_decoding_goes_on_without_it(tmp_path, monkeypatch):
+    def fail(model, path):
+        raise RuntimeError("no C++ compiler found\ndetails")
+
+    monkeypatch.setattr(compiled_module, "_build", fail)
+    with pytest.warns(UserWarning, match="could not be compiled .RuntimeError: no C.. compiler"):
+        assert load_compiled(_model(), build=True, cache=tmp_path) is None
+    monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        inference = fast.for_inference(_model(), compile="always")
+    assert isinstance(inference.search, FastSearch)
+
+
+@pytest.mark.slow
+def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, monkeypatch):
+    """One build (tens of seconds): the compiled search finds the core's hypotheses in
+    float32 over a batch and one sentence at a time, and a second model with the same
+    weights loads the stored library instead of building."""
+    core = _model(seed=1, vocab_size=40)
+    monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
+    model, search = fast.for_inference(copy.deepcopy(core), compile="always")
+    assert isinstance(search, StepSearch) and search.step is not search.shape
+    assert artifact_path(model).exists()
+    config = DecodeConfig(beam=4, nbest=2, max_len_offset=6)
+    _same(search(SOURCES, config), core_search(core, SOURCES, config))
+    for row in SOURCES:
+        one = row[row.ne(0)][None]
+        _same(search(one, config), core_search(core, one, config))
+    greedy = DecodeConfig(beam=1, max_len_offset=6)
+    _same(search(SOURCES, greedy), core_search(core, SOURCES, greedy))
+
+    def refuse(model, path):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(compiled_module, "_build", refuse)
+    again = fast.for_inference(copy.deepcopy(core)).search  # "auto": from the cache
+    assert isinstance(again, StepSearch)
+    _same(again(SOURCES, config), core_search(core, SOURCES, config))
