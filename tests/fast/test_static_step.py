@@ -114,7 +114,7 @@ def test_models_the_step_does_not_compute_keep_the_other_searches():
 def test_the_artifact_is_keyed_by_the_weights_and_the_config(tmp_path):
     model = _model()
     path = artifact_path(model, tmp_path)
-    assert path.parent == tmp_path / "steps" and path.suffix == ".pt2"
+    assert path.parent == tmp_path / "steps"
     assert artifact_path(copy.deepcopy(model), tmp_path) == path
     changed = copy.deepcopy(model)
     with torch.no_grad():
@@ -131,8 +131,8 @@ def test_without_a_cached_step_nothing_is_built_unless_asked(tmp_path, monkeypat
     model = _model()
     assert load_compiled(model, cache=tmp_path) is None
     path = artifact_path(model, tmp_path)
-    path.parent.mkdir(parents=True)
-    path.write_bytes(b"not a package")  # e.g. a build that was killed while writing
+    path.mkdir(parents=True)
+    (path / "step.pt2").write_bytes(b"not a package")  # e.g. a damaged file
     assert load_compiled(model, cache=tmp_path) is None
 
 
@@ -159,7 +159,8 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
     model, search = fast.for_inference(copy.deepcopy(core), compile="always")
     assert isinstance(search, StepSearch) and search.step is not search.shape
-    assert artifact_path(model).exists()
+    assert sorted(p.name for p in artifact_path(model).iterdir()) == ["source.pt2", "step.pt2"]
+    assert [p.name for p in artifact_path(model).parent.iterdir()] == [artifact_path(model).name]
     config = DecodeConfig(beam=4, nbest=2, max_len_offset=6)
     _same(search(SOURCES, config), core_search(core, SOURCES, config))
     for row in SOURCES:

@@ -101,10 +101,11 @@ def for_inference(
         quantize_int8(model)
     if long_lived:
         warm_up(model)
-    step = None
+    compiled = None
     if compile != "never" and not int8:
-        step = load_compiled(model, build=compile == "always" or long_lived)
-    return Inference(model, FastSearch(model, int8) if step is None else StepSearch(model, step))
+        compiled = load_compiled(model, build=compile == "always" or long_lived)
+    search = FastSearch(model, int8) if compiled is None else StepSearch(model, compiled)
+    return Inference(model, search)
 
 
 def apply(module: nn.Module) -> nn.Module:

@@ -1,9 +1,10 @@
-"""The decoder step compiled ahead of time, and kept: `static_step.DecoderStep` as one native
-function, built once per model and machine and loaded from aiayn's cache afterwards.
+"""The decoder step compiled ahead of time, and kept: `static_step.DecoderStep` and
+`SourceKeys` (the encoder and the encoder-decoder keys, once a search) as native functions,
+built once per model and machine and loaded from aiayn's cache afterwards.
 
-    step = load_compiled(model)              # None where there is no artifact yet
-    step = load_compiled(model, build=True)  # builds it if needed (tens of seconds a model)
-    search = StepSearch(model, step)
+    compiled = load_compiled(model)              # None where there is no artifact yet
+    compiled = load_compiled(model, build=True)  # builds it if needed (a minute or more)
+    search = StepSearch(model, compiled)
 
 Why this compiler. Eagerly, a small model's step is mostly the interpreter and PyTorch's
 dispatch walking some two hundred operations. `torch.export` captures the step as one graph
@@ -11,15 +12,17 @@ and AOTInductor (PyTorch's ahead-of-time Inductor) turns it into C++ in a shared
 one call runs the whole step with no Python in it and no guards to check, and the library
 is a file, so a later process loads it in milliseconds instead of compiling again.
 `torch.compile` would do the same work in each new process, and check its guards at every
-call. The rows, sentences, source length and decoded positions are dynamic dimensions, so
-one library serves every batch a search meets. Inductor's own C++ matrix products are tried
+call. The rows, sentences, source length (2 to `max_len` tokens: a source holds a token and
+its eos) and decoded positions are dynamic dimensions, so one library serves every batch a
+search meets. Inductor's own C++ matrix products are tried
 against ATen's at build time (`max_autotune`) and the faster kept per shape; the weights
 are folded in as constants (`freezing`), packed once for those products.
 
-The artifact is keyed by everything that makes it valid: the weights and config (a hash of
-them), the dtype, the machine (`linear.machine_digest`: CPU model, kernel ISA, torch's
-version) and this module's `FORMAT`. It is written by this user's aiayn into its own cache
-directory and loaded only from there; a file that fails to load is built again.
+The artifact, a directory of the two packages, is keyed by everything that makes it valid:
+the weights and config (a hash of them), the dtype, the machine (`linear.machine_digest`:
+CPU model, kernel ISA, torch's version) and this module's `FORMAT`. It is written whole
+(built aside, then renamed) by this user's aiayn into its own cache directory and loaded
+only from there; one that fails to load is built again.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -36,10 +40,10 @@ import torch
 from torch import Tensor
 
 from aiayn.fast.linear import cache_dir, machine_digest
-from aiayn.fast.static_search import Step
-from aiayn.fast.static_step import DecoderStep, supports
+from aiayn.fast.static_search import Compiled
+from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 1  # bumped when the step's signature or the build's settings change
+FORMAT = 2  # bumped when the functions' signatures or the build's settings change
 BUILD_OPTIONS = {
     "freezing": True,  # weights as constants, packed once for the chosen products
     "max_autotune": True,  # time Inductor's C++ products against ATen's, per shape
@@ -49,8 +53,8 @@ BUILD_OPTIONS = {
 }
 
 
-def load_compiled(model, build: bool = False, cache: Path | None = None) -> Step | None:
-    """The compiled step of `model` (eval mode, float32 on the CPU): loaded from the cache,
+def load_compiled(model, build: bool = False, cache: Path | None = None) -> Compiled | None:
+    """The compiled step and source keys of `model` (eval mode, float32 on the CPU): loaded from the cache,
     else built and stored when `build`, else None. None also where the step cannot be
     compiled here (`can_compile`), and, with a warning, where the build fails (e.g. no C++
     compiler): the search then runs without it."""
@@ -59,15 +63,15 @@ def load_compiled(model, build: bool = False, cache: Path | None = None) -> Step
     path = artifact_path(model, cache)
     if path.exists():
         try:
-            return _Loaded(torch._inductor.aoti_load_package(str(path)))
-        except Exception:  # a file from an interrupted or foreign build: build it again
+            return _load(path)
+        except Exception:  # a foreign or damaged artifact: build it again
             if not build:
                 return None
     if not build:
         return None
     try:
         _build(model, path)
-        return _Loaded(torch._inductor.aoti_load_package(str(path)))
+        return _load(path)
     except Exception as err:  # the compiler's own errors are of many kinds
         warnings.warn(f"the decoder step could not be compiled ({type(err).__name__}: "
                       f"{str(err).splitlines()[0] if str(err) else ''}); decoding without it",
@@ -85,30 +89,64 @@ def can_compile(model) -> bool:
 
 
 def artifact_path(model, cache: Path | None = None) -> Path:
-    """Where `model`'s compiled step is kept: `cache_dir()/steps/<key>.pt2`, the key a hash
-    of the weights, the config, the dtype, the machine and FORMAT."""
+    """Where `model`'s compiled functions are kept: the directory `cache_dir()/steps/<key>`,
+    the key a hash of the weights, the config, the dtype, the machine and FORMAT."""
     digest = hashlib.sha256()
     config = dataclasses.asdict(model.config)
     digest.update(json.dumps([config, FORMAT, machine_digest()], sort_keys=True, default=str).encode())
     for name, tensor in model.state_dict().items():
         digest.update(f"{name} {tensor.dtype} {tuple(tensor.shape)}".encode())
         digest.update(tensor.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
-    return (cache or cache_dir()) / "steps" / f"step-{digest.hexdigest()[:24]}.pt2"
+    return (cache or cache_dir()) / "steps" / digest.hexdigest()[:24]
+
+
+def _load(path: Path) -> Compiled:
+    return Compiled(*(_Loaded(torch._inductor.aoti_load_package(str(path / f"{name}.pt2")))
+                      for name in Compiled._fields))  # fmt: skip
 
 
 class _Loaded:
-    """A loaded library as a `Step`: its inputs made contiguous, as it was traced."""
+    """A loaded library as a function: its inputs made contiguous, as they were traced."""
 
     def __init__(self, runner) -> None:
         self.runner = runner
 
-    def __call__(self, *inputs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def __call__(self, *inputs: Tensor) -> tuple[Tensor, ...]:
         return tuple(self.runner(*(x.contiguous() for x in inputs)))
 
 
 def _build(model, path: Path) -> None:
-    """Export `DecoderStep(model)` with dynamic rows, sentences and lengths, compile it with
-    AOTInductor and move the package to `path` (atomically: a reader never sees half)."""
+    """Export `DecoderStep(model)` and `SourceKeys(model)` with dynamic rows, sentences and
+    lengths, compile each with AOTInductor, and move the two packages to the directory
+    `path` (built aside and renamed: a reader never sees half)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=path.parent, prefix=".build-")
+    try:
+        for name, program in (("step", _step_program(model)), ("source", _source_program(model))):
+            torch._inductor.aoti_compile_and_package(
+                program, package_path=f"{tmp}/{name}.pt2", inductor_configs=dict(BUILD_OPTIONS)
+            )
+        if path.exists():  # a damaged artifact (it failed to load): this build replaces it
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except OSError:
+        if not path.exists():  # else another process renamed its build there first: kept
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _source_program(model) -> torch.export.ExportedProgram:
+    """`SourceKeys(model)` exported over (sentences, src_len) sources."""
+    src = torch.full((2, 3), model.config.eos_id, dtype=torch.long)
+    dims = torch.export.Dim
+    dynamic = ({0: dims("sentences", min=1), 1: dims("src_len", min=2, max=model.config.max_len)},)
+    with torch.no_grad():
+        return torch.export.export(SourceKeys(model).eval(), (src,), dynamic_shapes=dynamic)
+
+
+def _step_program(model) -> torch.export.ExportedProgram:
+    """`DecoderStep(model)` exported with dynamic rows, sentences and lengths."""
     step = DecoderStep.from_model(model)
     c, dims = model.config, torch.export.Dim
     layers, heads, d_k, d_v = len(model.decoder), step.heads, step.d_k, step.d_v
@@ -125,18 +163,7 @@ def _build(model, path: Path) -> None:
         torch.ones(sentences, 1, 1, src_len, dtype=torch.bool),
     )
     r, s = dims("rows", min=1), dims("sentences", min=1)
-    t, n = dims("earlier", min=0), dims("src_len", min=1)
+    t, n = dims("earlier", min=0), dims("src_len", min=2, max=c.max_len)
     dynamic = ({0: r}, None, {0: t, 2: r}, {0: t, 2: r}, {1: s, 3: n}, {1: s, 3: n}, {0: s, 3: n})
     with torch.no_grad():
-        program = torch.export.export(step, example, dynamic_shapes=dynamic)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(suffix=".pt2", dir=path.parent)
-    os.close(handle)
-    try:
-        torch._inductor.aoti_compile_and_package(
-            program, package_path=tmp, inductor_configs=dict(BUILD_OPTIONS)
-        )
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        return torch.export.export(step, example, dynamic_shapes=dynamic)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -28,22 +29,34 @@ from torch import Tensor
 from aiayn.decode.search import Strategy, run_search
 from aiayn.decode.strategy import Hypothesis
 from aiayn.fast.search import Searcher
-from aiayn.fast.static_step import DecoderStep
+from aiayn.fast.static_step import DecoderStep, SourceKeys
 from aiayn.model.layers import sinusoid_table
 
 # `step(tokens, position, self_k, self_v, cross_k, cross_v, src_mask)`: `DecoderStep`'s call.
 Step = Callable[..., tuple[Tensor, Tensor, Tensor]]
+# `source(src)`: `SourceKeys`' call, -> cross_k, cross_v, src_mask.
+Source = Callable[[Tensor], tuple[Tensor, Tensor, Tensor]]
+
+
+class Compiled(NamedTuple):
+    """A model's two compiled functions (`compiled_step.load_compiled`)."""
+
+    step: Step
+    source: Source
 
 
 class StepSearch(Searcher):
-    """Greedy or beam search for one model through its decoder step: `step` (e.g. the
-    compiled one), else the eager `DecoderStep`."""
+    """Greedy or beam search for one model through its decoder step and source keys: the
+    `compiled` ones, else the eager `DecoderStep` and `SourceKeys`."""
 
-    def __init__(self, model, step: Step | None = None) -> None:
+    def __init__(self, model, compiled: Compiled | None = None) -> None:
         self.model = model
         self.shape = DecoderStep.from_model(model)  # heads and key sizes; the eager step
-        self.step = step or self.shape
+        self.compiled = compiled
+        self.step = compiled.step if compiled else self.shape
+        self.source = compiled.source if compiled else SourceKeys(model).eval()
 
+    @torch.no_grad()
     def run(self, src: Tensor, strategy: Strategy, bos_id: int | None = None) -> list[list[Hypothesis]]:
         """`decode.search.run_search` of `strategy` over `src` (batch, src_len), through the
         step; -> per sentence (in input order) its finished hypotheses."""
@@ -62,20 +75,14 @@ class StepSearch(Searcher):
 
     def _start(self, src: Tensor, length: int) -> _Steps:
         """Encode `src` and make room for `length` target positions."""
-        model = self.model
-        src_pad = model.pad_mask(src)  # (batch, src_len), True = padding
-        memory = model.encode(src, src_pad)  # (batch, src_len, d_model)
-        cross = [layer.cross_attn.project_kv(memory) for layer in model.decoder]
-        shape = (length, len(model.decoder), src.size(0), self.shape.heads)
+        cross_k, cross_v, src_mask = self.source(src.contiguous())
+        shape = (length, len(self.model.decoder), src.size(0), self.shape.heads)
         return _Steps(
-            step=self.step,
-            positions=self._positions(length, memory),
-            cross_k=torch.stack([k for k, _ in cross]),
-            cross_v=torch.stack([v for _, v in cross]),
-            src_mask=~src_pad[:, None, None, :],
-            self_k=memory.new_empty(*shape, self.shape.d_k),
-            self_v=memory.new_empty(*shape, self.shape.d_v),
-        )
+            step=self.step, positions=self._positions(length, cross_k),
+            cross_k=cross_k, cross_v=cross_v, src_mask=src_mask,
+            self_k=cross_k.new_empty(*shape, self.shape.d_k),
+            self_v=cross_v.new_empty(*shape, self.shape.d_v),
+        )  # fmt: skip
 
     def _positions(self, length: int, like: Tensor) -> Tensor:
         """(length, d_model) the positional encodings of the target positions 0 .. length - 1

@@ -44,6 +44,27 @@ def supports(model: Transformer) -> bool:
     return model.config.attention_window == 0 and all(isinstance(m, nn.Linear) for m in linears)
 
 
+class SourceKeys(nn.Module):
+    """What a search computes once from its sources: the encoder (sec. 3.1), then each decoder
+    layer's encoder-decoder keys and values of its output, and the mask of the real tokens.
+    src (sentences, src_len) ids -> cross_k, cross_v (layers, sentences, heads, src_len,
+    d_k | d_v), src_mask (sentences, 1, 1, src_len), True = may attend: `DecoderStep`'s
+    inputs."""
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, src: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        model = self.model
+        src_pad = model.pad_mask(src)  # (sentences, src_len), True = padding
+        memory = model.encode(src, src_pad)  # (sentences, src_len, d_model)
+        cross = [layer.cross_attn.project_kv(memory) for layer in model.decoder]
+        cross_k = torch.stack([k for k, _ in cross])  # (layers, sentences, heads, src_len, d_k)
+        cross_v = torch.stack([v for _, v in cross])  # (layers, sentences, heads, src_len, d_v)
+        return cross_k, cross_v, ~src_pad[:, None, None, :]
+
+
 class DecoderStep(nn.Module):
     """The decoder's step over explicit keys and values (see the module's docstring)."""
 
