@@ -70,14 +70,19 @@ def demo_test_pairs() -> list[tuple[str, str]]:
 
 
 def start_server(args, checkpoint: str, options: list[str]) -> tuple[subprocess.Popen, int]:
-    """`aiayn serve` of `checkpoint` with `args.threads` and `args.worker`, and `options`."""
+    """`aiayn serve` of `checkpoint` with `args.threads`, `args.worker` and `args.compile`,
+    and `options`. The first server of a model not in the cache builds its compiled step
+    before it is ready: minutes for a base-sized model, hence the long wait."""
     command = [sys.executable, "-m", "aiayn", "serve", "--checkpoint", checkpoint, "--port",
-               "0", "--threads", str(args.threads), "--worker", args.worker, "--max-queue",
-               "100000", *options]  # fmt: skip
+               "0", "--threads", str(args.threads), "--worker", args.worker, "--compile",
+               args.compile, "--max-queue", "100000", *options]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     line = process.stdout.readline()
     port = int(re.search(r"127\.0\.0\.1:(\d+)", line).group(1))
-    return wait_ready(process, port, "/ready"), port
+    return wait_ready(process, port, "/ready", READY_S), port
+
+
+READY_S = 1200  # a server's wait for /ready, its compiled step's build included
 
 
 def wait_ready(process: subprocess.Popen, port: int, path: str, seconds: int = 180):
@@ -235,11 +240,14 @@ def run_cells(args, name: str, sentences: list[str], process, port: int, shape) 
 
 
 def run_mode(args, name: str, sentences: list[str]) -> dict:
+    start = time.monotonic()
     process, port = start_server(args, args.checkpoint, MODES[name])
+    ready_s = round(time.monotonic() - start, 1)  # the first: with the compiled step's build
     try:
         cells = run_cells(args, name, sentences, process, port, v1_request)
         stats = _get(port, "/info")[1]["stats"]
-        return {"options": MODES[name], "cells": cells, "server_stats": stats}
+        return {"options": MODES[name], "seconds_to_ready": ready_s, "cells": cells,
+                "server_stats": stats}  # fmt: skip
     finally:
         process.terminate()
         process.wait(30)
@@ -269,6 +277,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="the server's torch threads (2)")
     parser.add_argument("--worker", choices=("process", "thread"), default="process",
                         help="where the server's models decode (aiayn serve --worker)")
+    parser.add_argument("--compile", choices=("auto", "never"), default="auto",
+                        help="the server's compiled decoder step (aiayn serve --compile): "
+                        "built by the first server if not in the cache (auto), or not used")
     parser.add_argument("--sentences", metavar="FILE",
                         help="one a line (default: the demo test split's English, generated)")
     parser.add_argument("--libretranslate", metavar="EXE",
@@ -291,7 +302,7 @@ def main() -> None:
     report = {"checkpoint": args.checkpoint, "seconds_per_cell": args.seconds,
               "load_average_at_start": list(os.getloadavg()),
               "max_requests_per_cell": args.max_requests, "server_threads": args.threads,
-              "server_worker": args.worker,
+              "server_worker": args.worker, "server_compile": args.compile,
               "modes": {name: run_mode(args, name, sentences) for name in MODES}}  # fmt: skip
     if args.libretranslate:
         report["peers"] = {"libretranslate": run_libretranslate(args, sentences)}

@@ -90,7 +90,7 @@ def checkpoint(path: Path, source: str = "en", target: str = "de") -> Path:
 def run(ckpt: Path, *options: str) -> dict:
     command = [sys.executable, str(ROOT / "benchmarks" / "serve_load.py"), "--checkpoint",
                str(ckpt), "--clients", "1", "2", "--seconds", "2", "--max-requests", "3",
-               "--threads", "1", "--no-save", *options]  # fmt: skip
+               "--threads", "1", "--compile", "never", "--no-save", *options]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
@@ -105,8 +105,10 @@ def check_cells(cells: list[dict]) -> None:
 
 def test_serve_load_measures_both_modes_and_a_libretranslate_peer(tmp_path):
     report = run(checkpoint(tmp_path / "ckpt"), "--libretranslate", str(stand_in(tmp_path)))
+    assert report["server_compile"] == "never"  # forwarded: no build in a test
     for mode in report["modes"].values():
         check_cells(mode["cells"])
+        assert 0 < mode["seconds_to_ready"] < 300
     check_cells(report["peers"]["libretranslate"]["cells"])
     summary = report["summary"]
     assert summary["errors"] == 0 and summary["clients"] == 2
