@@ -212,6 +212,7 @@ def test_info_and_the_page(server):
     info = request(f"{server}/info").body
     assert info["languages"] == {"source": "en", "target": "de"}
     assert info["limits"]["max_sentences"] == 10 and info["model"]["d_model"] == 16
+    assert info["model"]["search"] == "fast path"  # the tests' servers: --compile never
     with urllib.request.urlopen(f"{server}/") as reply:
         html = reply.read().decode()
     assert "AttentionView.mount" in html and "{{" not in html

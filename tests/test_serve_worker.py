@@ -131,6 +131,16 @@ def test_a_child_ignores_the_signals_meant_for_the_server(ckpt, child):
     assert result.nbest and child.process.poll() is None
 
 
+def test_info_says_what_runs_each_models_search(ckpt, monkeypatch):
+    """The child says, once loaded, what runs its search: /info shows it per model."""
+    with running(ServeConfig(str(ckpt), threads=1)) as (url, _):
+        assert request(url + "/info").body["model"]["search"] == "fast path"
+    with running(ServeConfig(str(ckpt), threads=1, compile="never", worker="thread")) as (url, _):
+        assert request(url + "/info").body["model"]["search"] == "fast path"
+    assert ProcessRunner(Load(str(ckpt))).search_kind is None  # not yet loaded
+    assert load_runner(Load(str(ckpt), threads=1, compile="never")).search_kind == "fast path"
+
+
 def test_a_dead_model_process_is_a_503_to_retry(ckpt, monkeypatch):
     def died(self, sources, options, extras):
         raise WorkerExited("the model's worker process exited (code -9) during a batch")
@@ -201,7 +211,7 @@ def test_a_model_process_builds_its_compiled_step_as_it_warms_up(ckpt, monkeypat
     with pytest.warns(UserWarning, match="could not be compiled"):
         runner = load_runner(Load(str(ckpt), threads=1))
     assert [p.parent for p in built] == [tmp_path / "steps"]
-    assert isinstance(runner.translator.search, FastSearch)
+    assert isinstance(runner.translator.search, FastSearch) and runner.search_kind == "fast path"
     load_runner(Load(str(ckpt), threads=1, compile="never"))
     assert len(built) == 1
     with pytest.raises(ConfigError, match="--compile sometimes: choose one of auto, always, never"):

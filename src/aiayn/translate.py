@@ -117,6 +117,11 @@ class Translator:
         )
         return cls(model, ckpt.src_vocab, ckpt.tgt_vocab, config, max_tokens, search)
 
+    @property
+    def search_kind(self) -> str:
+        """What runs the search's steps: "compiled decoder step", "fast path" or "core"."""
+        return getattr(self.search, "kind", "core")
+
     def translate(self, texts: Sequence[str]) -> list[str]:
         """One translation per text, in order; empty or blank texts give ""."""
         return [hyps[0][0] if hyps else "" for hyps in self.translate_nbest(texts)]

@@ -209,6 +209,7 @@ def test_a_trained_model_translates_the_demo_test_split_the_same_either_way(tmp_
     fast_t = Translator.from_checkpoint(ckpt)
     core_t = Translator.from_checkpoint(ckpt, reference=True)
     assert isinstance(fast_t.search, fast.search.FastSearch)
+    assert (fast_t.search_kind, core_t.search_kind) == ("fast path", "core")
     assert core_t.search.func is core_search and core_t.search.args == (core_t.model,)
     assert not any(type(m) in CORE_PIECES for m in fast_t.model.modules())
     assert [type(m) for m in core_t.model.modules() if type(m) in CORE_PIECES]  # the core's own

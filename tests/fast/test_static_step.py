@@ -159,6 +159,7 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
     model, search = fast.for_inference(copy.deepcopy(core), compile="always")
     assert isinstance(search, StepSearch) and search.step is not search.shape
+    assert search.kind == "compiled decoder step" and StepSearch(model).kind == "decoder step"
     assert sorted(p.name for p in artifact_path(model).iterdir()) == ["source.pt2", "step.pt2"]
     assert [p.name for p in artifact_path(model).parent.iterdir()] == [artifact_path(model).name]
     config = DecodeConfig(beam=4, nbest=2, max_len_offset=6)

@@ -26,6 +26,7 @@ class Searcher:
     strategy with `row_topk`, driven by the subclass's `run`."""
 
     model: object
+    kind = "fast path"  # what runs a step, as `aiayn serve`'s /info names it
 
     def __call__(
         self, src: Tensor, config: DecodeConfig, bos_id: int | None = None,

@@ -55,6 +55,7 @@ class StepSearch(Searcher):
         self.compiled = compiled
         self.step = compiled.step if compiled else self.shape
         self.source = compiled.source if compiled else SourceKeys(model).eval()
+        self.kind = "compiled decoder step" if compiled else "decoder step"
 
     @torch.no_grad()
     def run(self, src: Tensor, strategy: Strategy, bos_id: int | None = None) -> list[list[Hypothesis]]:

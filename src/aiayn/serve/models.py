@@ -69,6 +69,7 @@ class Model:
     # in the server, before they queue, whichever process decodes them
     encode: Callable[[Sequence[str]], list[list[int]]] | None = None
     parameters: int | None = None  # counted by the worker
+    search_kind: str | None = None  # what runs its search (`Translator.search_kind`), once loaded
 
     @property
     def name(self) -> str:

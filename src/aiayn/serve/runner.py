@@ -61,6 +61,7 @@ class TranslatorRunner:
     def __init__(self, translator: Translator) -> None:
         self.translator = translator
         self.defaults = translator.decode
+        self.search_kind = translator.search_kind  # /info: what runs the search's steps
 
     def run(
         self, sources: Sequence[list[int]], options: Options, extras: Sequence[Wants]

@@ -167,8 +167,10 @@ class Service:
         if c.worker == "process":
             runner: Runner = ProcessRunner(load)
             runner.start()
-            return runner
-        return load_runner(load)
+        else:
+            runner = load_runner(load)
+        model.search_kind = runner.search_kind
+        return runner
 
     def start(self) -> None:
         for batcher in self.batchers:
@@ -352,7 +354,10 @@ class Service:
         return {
             "model": {"checkpoint": Path(model.path).name, "d_model": m.d_model,
                       "n_heads": m.n_heads, "n_layers": m.n_layers, "d_ff": m.d_ff,
-                      "parameters": model.parameters, "int8": c.int8, "device": c.device},
+                      "parameters": model.parameters, "int8": c.int8, "device": c.device,
+                      # translations: what runs the search (None while loading); attention,
+                      # alignments and log-probabilities: the model's teacher-forced pass
+                      "search": model.search_kind},
             "languages": {"source": model.pair[0], "target": model.pair[1]},
             "decode": asdict(self.defaults(model)),
             "ready": model.batcher.ready,

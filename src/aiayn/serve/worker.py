@@ -81,6 +81,7 @@ class ProcessRunner:
     def __init__(self, load: Load) -> None:
         self.load = load
         self.process: subprocess.Popen | None = None
+        self.search_kind: str | None = None  # set once the child has loaded
 
     def start(self) -> None:
         """Start the child and wait until it has loaded the model and decoded once."""
@@ -93,6 +94,7 @@ class ProcessRunner:
         if "error" in reply:
             self.close()
             raise WorkerError(reply["error"])
+        self.search_kind = reply["search_kind"]  # /info: what runs the child's search
 
     def run(self, sources: Sequence[list[int]], options: Options, extras: Sequence[Wants]
             ) -> list[Result]:  # fmt: skip
@@ -154,7 +156,7 @@ def serve_frames(inp: IO[bytes], out: IO[bytes]) -> None:
     except Exception as err:
         write_frame(out, {"error": str(err)})  # the batcher says it could not be loaded
         return
-    write_frame(out, {"ready": True})
+    write_frame(out, {"ready": True, "search_kind": runner.search_kind})
     while (job := read_frame(inp)) is not None:
         try:
             options = Options(**job["options"])
