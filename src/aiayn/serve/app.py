@@ -131,7 +131,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     With TCP_NODELAY, which the connections it accepts inherit: a reply written in more than
     one piece goes out at once, instead of its last piece waiting for the client to
     acknowledge the first (Nagle's algorithm), which a client on a kept-alive connection
-    delays by up to 40 ms (delayed ACKs): that wait was most of a short request's time."""
+    holds back (delayed ACKs): that wait was most of a short request's time."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         sock = socket.create_server((host, port), family=family, backlog=2048)
