@@ -11,7 +11,7 @@ that are done leave at once. What differs is the state. The
 self-attention keys and values live in one (length, layers, rows, heads, d) tensor per kind,
 allocated for the longest output the search allows, position first: the positions written
 so far are one contiguous block, which the step reads (a compiled step takes contiguous
-inputs) and after which it writes its own. A beam reorder copies the written block of the
+inputs, which `compiled_step` makes them) and after which it writes its own. A beam reorder copies the written block of the
 surviving rows into a second store of the same shape, once per step (the core's cache
 copies as much). Encoder-decoder keys stay one per sentence and move only when sentences
 leave.
@@ -52,7 +52,6 @@ class StepSearch(Searcher):
     def __init__(self, model, compiled: Compiled | None = None) -> None:
         self.model = model
         self.shape = DecoderStep.from_model(model)  # heads and key sizes; the eager step
-        self.compiled = compiled
         self.step = compiled.step if compiled else self.shape
         self.source = compiled.source if compiled else SourceKeys(model).eval()
         self.kind = "compiled decoder step" if compiled else "decoder step"
@@ -76,7 +75,7 @@ class StepSearch(Searcher):
 
     def _start(self, src: Tensor, length: int) -> _Steps:
         """Encode `src` and make room for `length` target positions."""
-        cross_k, cross_v, src_mask = self.source(src.contiguous())
+        cross_k, cross_v, src_mask = self.source(src)
         shape = (length, len(self.model.decoder), src.size(0), self.shape.heads)
         return _Steps(
             step=self.step, positions=self._positions(length, cross_k),
@@ -114,7 +113,7 @@ class _Steps:
         """tokens (rows,) fed at the next position -> (rows, vocab) log-probabilities."""
         t = self.written
         logp, self.self_k[t], self.self_v[t] = self.step(
-            tokens.contiguous(), self.positions[t], self.self_k[:t], self.self_v[:t],
+            tokens, self.positions[t], self.self_k[:t], self.self_v[:t],
             self.cross_k, self.cross_v, self.src_mask,
         )  # fmt: skip
         self.written += 1
