@@ -95,6 +95,11 @@ def test_the_benchmark_scores_filters_and_three_trainings(tmp_path, monkeypatch)
         (seed,) = run["seeds"]
         assert seed["steps"] == 3
         assert {"bleu", "signature"} <= seed["dev"].keys() & seed["test"].keys()
+        # the length penalty best on dev, then the test set once with it
+        assert [t["alpha"] for t in seed["dev_tried"]] == [0.6, 1.0, 1.5]
+        assert seed["dev"]["bleu"] == max(t["bleu"] for t in seed["dev_tried"])
+        assert seed["alpha"] == next(t["alpha"] for t in seed["dev_tried"]
+                                     if t["bleu"] == seed["dev"]["bleu"])
     summary = result["summary"]
     assert summary["seed_spread_test"] is None  # one seed: no spread to compare with
     gap = summary["mean_bleu"]["noisy"]["test"] - summary["mean_bleu"]["clean"]["test"]

@@ -308,6 +308,12 @@ def test_noisy_corpus_rows_and_the_cleaning_page_read_the_result():
     assert "of 15. Trained 300 updates each (configs/multi30k.yaml, seeds 1, 2)" in trained
     assert "30.00 on the clean corpus, 25.50 on the noisy one and 29.75 on the noisy one cleaned" in trained
     assert "(-0.25 against clean; noisy -4.50; the seeds of a corpus differ by up to 0.60)" in trained
+    chosen = _noisy(trained=True)
+    for run, alphas in zip(chosen["result"]["runs"].values(), ((1.0, 0.6), (1.5, 1.0), (0.6, 0.6))):
+        run["seeds"] = [{**seed, "alpha": a} for seed, a in zip(run["seeds"], alphas)]
+    assert ("seeds 1, 2), each model's length penalty chosen on val (chosen: clean 1.0 / 0.6, "
+            "noisy 1.5 / 1.0, cleaned 0.6 / 0.6), test_2016_flickr") in report.cleaning_text([chosen])
+    assert "chosen on val" not in trained  # results from before the choice say nothing of it
     assert report.cleaning_text([]) == report.none_yet("noisy_corpus")
 
 
