@@ -1,7 +1,8 @@
 """The decoder step as one function of tensors (`fast/static_step.py`), its search
-(`fast/static_search.py`) and its compiled form (`fast/compiled_step.py`), against the core:
-the same hypotheses and scores in float64 for every kind of model the step supports, and
-the compiled step's translations equal to the core's in float32."""
+(`fast/static_search.py`), beam search's step as one (`fast/static_beam.py`) and their
+compiled forms (`fast/compiled_step.py`), against the core: the same hypotheses and scores
+in float64 for every kind of model the step supports, the beam step's bit for bit the core
+strategy's, and the compiled search's translations equal to the core's in float32."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from aiayn.fast import compiled_step as compiled_module
 from aiayn.fast.compiled_step import artifact_path, can_compile, load_compiled
 from aiayn.fast.int8 import quantize_int8
 from aiayn.fast.search import FastSearch
+from aiayn.fast.static_beam import BeamStep, StepBeam
 from aiayn.fast.static_search import StepSearch
 from aiayn.fast.static_step import DecoderStep, supports
 from aiayn.model.transformer import Transformer
@@ -63,6 +65,42 @@ def test_the_step_search_finds_the_core_hypotheses_in_float64(kind, beam):
     found = StepSearch(model)(SOURCES, config)
     _same(found, core_search(core, SOURCES, config))
     assert len({len(h[0].tokens) for h in found}) > 1  # the sentences ended at different steps
+
+
+def _exactly(found, expected) -> None:
+    """The same hypotheses with the same scores, to the bit."""
+    as_tuples = lambda hyps: [[(h.tokens, h.score, h.log_prob) for h in x] for x in hyps]  # noqa: E731
+    assert as_tuples(found) == as_tuples(expected)
+
+
+# beam and n-best; min_len that holds eos back; a max_len that cuts hypotheses off
+BEAMS = {"beam 4, 2-best": DecodeConfig(beam=4, nbest=2, max_len_offset=6),
+         "beam 2, 1-best, min_len 2": DecodeConfig(beam=2, nbest=1, min_len=2, max_len_offset=6),
+         "beam 5, 5-best, max_len short": DecodeConfig(beam=5, nbest=5, max_len_offset=1, alpha=1.0)}
+
+
+@pytest.mark.parametrize("beam", BEAMS, ids=list(BEAMS))
+@pytest.mark.parametrize("kind", ["paper", "pre-LN", "own source vocabulary"])
+def test_the_beam_step_is_the_core_strategy_to_the_bit(kind, beam):
+    """Over the same decoder steps, `StepBeam` (the eager `BeamStep`) finds the core
+    strategy's hypotheses with equal scores; and the core's search's, as the step does."""
+    core = _model(**KINDS[kind]).double()
+    model = fast.apply(copy.deepcopy(core))
+    config = BEAMS[beam]
+    found = StepSearch(model, beam=BeamStep(core.config.eos_id))(SOURCES, config)
+    _exactly(found, StepSearch(model)(SOURCES, config))
+    _same(found, core_search(core, SOURCES, config))
+    if config.min_len:
+        assert all(len(h.tokens) >= config.min_len for hyps in found for h in hyps)
+
+
+def test_the_beam_step_leaves_other_searches_to_the_core_strategy():
+    model = _model(vocab_size=40)
+    beam_step = BeamStep(model.config.eos_id)
+    assert isinstance(StepBeam.for_search(model, SOURCES, DecodeConfig(beam=4), beam_step), StepBeam)
+    for config in (DecodeConfig(beam=1), DecodeConfig(beam=4, beam_rules="transformers"),
+                   DecodeConfig(beam=4, length_penalty="power"), DecodeConfig(beam=21)):
+        assert StepBeam.for_search(model, SOURCES, config, beam_step) is None  # 21: 42 > vocab
 
 
 @pytest.mark.parametrize("kind", ["paper", "pre-LN"])
@@ -160,7 +198,8 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     model, search = fast.for_inference(copy.deepcopy(core), compile="always")
     assert isinstance(search, StepSearch) and search.step is not search.shape
     assert search.kind == "compiled decoder step" and StepSearch(model).kind == "decoder step"
-    assert sorted(p.name for p in artifact_path(model).iterdir()) == ["source.pt2", "step.pt2"]
+    assert sorted(p.name for p in artifact_path(model).iterdir()) == ["beam.pt2", "source.pt2", "step.pt2"]
+    assert search.beam is not None and not isinstance(search.beam, BeamStep)  # the compiled one
     assert [p.name for p in artifact_path(model).parent.iterdir()] == [artifact_path(model).name]
     config = DecodeConfig(beam=4, nbest=2, max_len_offset=6)
     _same(search(SOURCES, config), core_search(core, SOURCES, config))
@@ -169,6 +208,11 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
         _same(search(one, config), core_search(core, one, config))
     greedy = DecodeConfig(beam=1, max_len_offset=6)
     _same(search(SOURCES, greedy), core_search(core, SOURCES, greedy))
+    eager = StepSearch(model, beam=BeamStep(model.config.eos_id))
+    compiled_beam = StepSearch(model, beam=search.beam)  # the eager decoder step, both
+    for other in BEAMS.values():  # other beams, n-bests and limits: the same library
+        _exactly(compiled_beam(SOURCES, other), eager(SOURCES, other))
+        _same(search(SOURCES, other), core_search(core, SOURCES, other))
 
     def refuse(model, path):
         raise AssertionError("built again")

@@ -1,6 +1,7 @@
-"""The decoder step compiled ahead of time, and kept: `static_step.DecoderStep` and
-`SourceKeys` (the encoder and the encoder-decoder keys, once a search) as native functions,
-built once per model and machine and loaded from aiayn's cache afterwards.
+"""The decoder step compiled ahead of time, and kept: `static_step.DecoderStep`,
+`SourceKeys` (the encoder and the encoder-decoder keys, once a search) and
+`static_beam.BeamStep` (beam search's bookkeeping) as native functions, built once per
+model and machine and loaded from aiayn's cache afterwards.
 
     compiled = load_compiled(model)              # None where there is no artifact yet
     compiled = load_compiled(model, build=True)  # builds it if needed (a minute or more)
@@ -14,11 +15,11 @@ is a file, so a later process loads it in milliseconds instead of compiling agai
 `torch.compile` would do the same work in each new process, and check its guards at every
 call. The rows, sentences, source length (2 to `max_len` tokens: a source holds a token and
 its eos) and decoded positions are dynamic dimensions, so one library serves every batch a
-search meets. Inductor's own C++ matrix products are tried
+search meets; so are the beam's width, the n-best and the output length in `BeamStep`. Inductor's own C++ matrix products are tried
 against ATen's at build time (`max_autotune`) and the faster kept per shape; the weights
 are folded in as constants (`freezing`), packed once for those products.
 
-The artifact, a directory of the two packages, is keyed by everything that makes it valid:
+The artifact, a directory of the three packages, is keyed by everything that makes it valid:
 the weights and config (a hash of them), the dtype, the machine (`linear.machine_digest`:
 CPU model, kernel ISA, torch's version) and this module's `FORMAT`. It is written whole
 (built aside, then renamed) by this user's aiayn into its own cache directory and loaded
@@ -40,10 +41,11 @@ import torch
 from torch import Tensor
 
 from aiayn.fast.linear import cache_dir, machine_digest
+from aiayn.fast.static_beam import BeamStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 2  # bumped when the functions' signatures or the build's settings change
+FORMAT = 3  # bumped when the functions' signatures or the build's settings change
 BUILD_OPTIONS = {
     "freezing": True,  # weights as constants, packed once for the chosen products
     "max_autotune": True,  # time Inductor's C++ products against ATen's, per shape
@@ -116,13 +118,14 @@ class _Loaded:
 
 
 def _build(model, path: Path) -> None:
-    """Export `DecoderStep(model)` and `SourceKeys(model)` with dynamic rows, sentences and
-    lengths, compile each with AOTInductor, and move the two packages to the directory
-    `path` (built aside and renamed: a reader never sees half)."""
+    """Export `DecoderStep(model)`, `SourceKeys(model)` and `BeamStep` with dynamic
+    dimensions, compile each with AOTInductor, and move the packages to the directory `path`
+    (built aside and renamed: a reader never sees half)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=path.parent, prefix=".build-")
     try:
-        for name, program in (("step", _step_program(model)), ("source", _source_program(model))):
+        programs = {"step": _step_program, "source": _source_program, "beam": _beam_program}
+        for name, program in ((name, programs[name](model)) for name in Compiled._fields):
             torch._inductor.aoti_compile_and_package(
                 program, package_path=f"{tmp}/{name}.pt2", inductor_configs=dict(BUILD_OPTIONS)
             )
@@ -167,3 +170,24 @@ def _step_program(model) -> torch.export.ExportedProgram:
     dynamic = ({0: r}, None, {0: t, 2: r}, {0: t, 2: r}, {1: s, 3: n}, {1: s, 3: n}, {0: s, 3: n})
     with torch.no_grad():
         return torch.export.export(step, example, dynamic_shapes=dynamic)
+
+
+def _beam_program(model) -> torch.export.ExportedProgram:
+    """`BeamStep` for `model`'s vocabulary and eos, exported with dynamic sentences, beam
+    (2 to half the vocabulary: it takes each row's 2 * beam best), n-best and output length."""
+    vocab, dims = model.config.vocab_size, torch.export.Dim
+    batch, beam, nbest, width = 3, 2, 2, 5  # no dimension of size 0 or 1 (see `_step_program`)
+    scores = torch.zeros(batch, beam)
+    example = (
+        torch.zeros(batch, beam, vocab), scores, torch.zeros(batch, beam, width, dtype=torch.long),
+        torch.zeros(batch, nbest), torch.zeros(batch, nbest),
+        torch.zeros(batch, nbest, dtype=torch.long), torch.zeros(batch, nbest, width, dtype=torch.long),
+        torch.full((batch,), width, dtype=torch.long), torch.ones(batch),
+        torch.tensor([1, 0, 1]), torch.ones(2),
+    )  # fmt: skip
+    b, k = dims("sentences", min=1), dims("beam", min=2, max=max(2, vocab // 2))
+    m, w = dims("nbest", min=1), dims("width", min=1)
+    dynamic = ({0: b, 1: k}, {0: b, 1: k}, {0: b, 1: k, 2: w}, {0: b, 1: m}, {0: b, 1: m},
+               {0: b, 1: m}, {0: b, 1: m, 2: w}, {0: b}, {0: b}, None, None)  # fmt: skip
+    with torch.no_grad():
+        return torch.export.export(BeamStep(model.config.eos_id), example, dynamic_shapes=dynamic)

@@ -26,9 +26,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from aiayn.config import DecodeConfig
 from aiayn.decode.search import Strategy, run_search
 from aiayn.decode.strategy import Hypothesis
 from aiayn.fast.search import Searcher
+from aiayn.fast.static_beam import StepBeam
 from aiayn.fast.static_step import DecoderStep, SourceKeys
 from aiayn.model.layers import sinusoid_table
 
@@ -39,22 +41,38 @@ Source = Callable[[Tensor], tuple[Tensor, Tensor, Tensor]]
 
 
 class Compiled(NamedTuple):
-    """A model's two compiled functions (`compiled_step.load_compiled`)."""
+    """A model's compiled functions (`compiled_step.load_compiled`)."""
 
     step: Step
     source: Source
+    beam: Callable[..., tuple[Tensor, ...]]  # `static_beam.BeamStep`'s call
 
 
 class StepSearch(Searcher):
     """Greedy or beam search for one model through its decoder step and source keys: the
-    `compiled` ones, else the eager `DecoderStep` and `SourceKeys`."""
+    `compiled` ones, else the eager `DecoderStep` and `SourceKeys`. A beam search's strategy
+    is `static_beam.StepBeam` over the compiled `BeamStep` (or the given `beam`, e.g. an
+    eager one), where it computes that search; else the core's strategy."""
 
-    def __init__(self, model, compiled: Compiled | None = None) -> None:
+    def __init__(self, model, compiled: Compiled | None = None, beam: Callable | None = None) -> None:
         self.model = model
         self.shape = DecoderStep.from_model(model)  # heads and key sizes; the eager step
         self.step = compiled.step if compiled else self.shape
         self.source = compiled.source if compiled else SourceKeys(model).eval()
+        self.beam = compiled.beam if compiled and beam is None else beam
         self.kind = "compiled decoder step" if compiled else "decoder step"
+
+    def __call__(
+        self, src: Tensor, config: DecodeConfig, bos_id: int | None = None,
+        eos_id: int | None = None,
+    ) -> list[list[Hypothesis]]:  # fmt: skip
+        """Greedy search at beam 1, else beam search: per sentence its hypotheses."""
+        strategy = None
+        if self.beam is not None:
+            strategy = StepBeam.for_search(self.model, src, config, self.beam, eos_id)
+        if strategy is None:
+            return super().__call__(src, config, bos_id, eos_id)
+        return self.run(src, strategy, bos_id)
 
     @torch.no_grad()
     def run(self, src: Tensor, strategy: Strategy, bos_id: int | None = None) -> list[list[Hypothesis]]:
