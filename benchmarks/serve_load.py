@@ -1,12 +1,12 @@
 """Load on `aiayn serve`: dynamic batching against one-request-at-a-time serving, one run.
 
     .venv/bin/python benchmarks/serve_load.py --checkpoint runs/demo/checkpoint
-        [--clients 1 8 32] [--seconds 20] [--max-requests 3000] [--threads 2]
+        [--clients 1 8 32] [--seconds 20] [--max-requests 3000] [--threads 2] [--max-wait-ms MS]
         [--sentences runs/demo/corpus/test.en] [--mixed runs/demo-de-en/checkpoint]
 
 Two real `aiayn serve` processes on loopback, one after the other: "dynamic" with the
-service's default batching (--max-wait-ms 10, --max-batch-tokens 4096) and
-"one_at_a_time" (--max-wait-ms 0 --max-batch-tokens 1). Against each, for 1, 8 and 32
+service's batching (--max-batch-tokens 4096 and `--max-wait-ms`, the service's default
+unless given) and "one_at_a_time" (--max-wait-ms 0 --max-batch-tokens 1). Against each, for 1, 8 and 32
 concurrent clients, each client sends single sentences of the demo test split (the test
 split `aiayn demo` generates) to POST /v1/translate, one after the other on a kept-alive
 connection, until `--seconds` have passed or `--max-requests` have been sent in all.
@@ -52,13 +52,14 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from aiayn.serve.service import ServeConfig
 from export_agreement import argos_environment
 from results import add_arguments, emit
 
-MODES = {
-    "dynamic": ["--max-wait-ms", "10", "--max-batch-tokens", "4096"],
-    "one_at_a_time": ["--max-wait-ms", "0", "--max-batch-tokens", "1"],
-}
+def modes(max_wait_ms: float) -> dict[str, list[str]]:
+    """Each mode's batching options for `aiayn serve`."""
+    return {"dynamic": ["--max-wait-ms", f"{max_wait_ms:g}", "--max-batch-tokens", "4096"],
+            "one_at_a_time": ["--max-wait-ms", "0", "--max-batch-tokens", "1"]}  # fmt: skip
 
 
 def demo_test_pairs() -> list[tuple[str, str]]:
@@ -241,12 +242,13 @@ def run_cells(args, name: str, sentences: list[str], process, port: int, shape) 
 
 def run_mode(args, name: str, sentences: list[str]) -> dict:
     start = time.monotonic()
-    process, port = start_server(args, args.checkpoint, MODES[name])
+    options = modes(args.max_wait_ms)[name]
+    process, port = start_server(args, args.checkpoint, options)
     ready_s = round(time.monotonic() - start, 1)  # the first: with the compiled step's build
     try:
         cells = run_cells(args, name, sentences, process, port, v1_request)
         stats = _get(port, "/info")[1]["stats"]
-        return {"options": MODES[name], "seconds_to_ready": ready_s, "cells": cells,
+        return {"options": options, "seconds_to_ready": ready_s, "cells": cells,
                 "server_stats": stats}  # fmt: skip
     finally:
         process.terminate()
@@ -275,6 +277,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="per cell (20)")
     parser.add_argument("--max-requests", type=int, default=3000, help="per cell (3000)")
     parser.add_argument("--threads", type=int, default=2, help="the server's torch threads (2)")
+    parser.add_argument("--max-wait-ms", type=float, default=ServeConfig.max_wait_ms,
+                        help="the dynamic server's --max-wait-ms (default: aiayn serve's)")
     parser.add_argument("--worker", choices=("process", "thread"), default="process",
                         help="where the server's models decode (aiayn serve --worker)")
     parser.add_argument("--compile", choices=("auto", "never"), default="auto",
@@ -303,7 +307,7 @@ def main() -> None:
               "load_average_at_start": list(os.getloadavg()),
               "max_requests_per_cell": args.max_requests, "server_threads": args.threads,
               "server_worker": args.worker, "server_compile": args.compile,
-              "modes": {name: run_mode(args, name, sentences) for name in MODES}}  # fmt: skip
+              "modes": {name: run_mode(args, name, sentences) for name in modes(0)}}  # fmt: skip
     if args.libretranslate:
         report["peers"] = {"libretranslate": run_libretranslate(args, sentences)}
     report["summary"] = summary(report["modes"], max(args.clients), report.get("peers", {}))

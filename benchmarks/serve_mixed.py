@@ -30,9 +30,6 @@ from pathlib import Path
 
 from serve_load import _get, process_tree, rss_mb, run_cell, start_server
 
-WAIT_MS = 10  # --max-wait-ms of the server (the default's)
-
-
 def _shape(pair: dict) -> object:
     def shape(text: str) -> tuple[str, dict]:
         return "/v1/translate", {"text": text, "source": pair["source"], "target": pair["target"]}
@@ -101,7 +98,7 @@ def busy_cores(server_pid: int, phase) -> tuple[object, dict]:
 
 def resident_mb_alone(args) -> float:
     """A one-model server of A's resident MB once ready (then stopped)."""
-    process, _ = start_server(args, args.checkpoint, ["--max-wait-ms", str(WAIT_MS)])
+    process, _ = start_server(args, args.checkpoint, ["--max-wait-ms", f"{args.max_wait_ms:g}"])
     try:
         return round(rss_mb(process.pid), 1)
     finally:
@@ -112,7 +109,7 @@ def resident_mb_alone(args) -> float:
 def run_mixed(args, pairs: list[tuple[str, str]], given: list[str] | None) -> dict:
     """The three cells on one server of A and B, the memory figures and the summary."""
     alone_mb = resident_mb_alone(args)
-    options = ["--checkpoint", args.mixed, "--max-wait-ms", str(WAIT_MS)]
+    options = ["--checkpoint", args.mixed, "--max-wait-ms", f"{args.max_wait_ms:g}"]
     process, port = start_server(args, args.checkpoint, options)
     try:
         both_mb = round(rss_mb(process.pid), 1)
@@ -134,10 +131,10 @@ def run_mixed(args, pairs: list[tuple[str, str]], given: list[str] | None) -> di
         process.terminate()
         process.wait(30)
     return {"models": [m["name"] for m in models], "clients_per_model": half,
-            "max_wait_ms": WAIT_MS, "cells": cells, "busy_cores": cores,
+            "max_wait_ms": args.max_wait_ms, "cells": cells, "busy_cores": cores,
             "rss_mb": {"one_model_ready": alone_mb, "two_models_ready": both_mb,
                        "two_models_after": after_mb},
-            "summary": mixed_summary(cells, WAIT_MS)}  # fmt: skip
+            "summary": mixed_summary(cells, args.max_wait_ms)}  # fmt: skip
 
 
 def mixed_summary(cells: dict, wait_ms: float) -> dict:
