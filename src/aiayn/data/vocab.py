@@ -194,7 +194,11 @@ class Vocab:
         return self._sp.encode(text)
 
     def encode_batch(self, texts: Sequence[str], threads: int = 1) -> list[list[int]]:
-        """`encode` over many texts in one call (sentencepiece's own threads if `threads`>1)."""
+        """`encode` over many texts (sentencepiece's own threads if `threads` > 1). With one
+        thread, text by text: sentencepiece's batch call starts a thread pool even for one
+        thread, which costs more than encoding a sentence, the more so on a busy CPU."""
+        if threads <= 1:
+            return [self._sp.encode(text) for text in texts]
         return self._sp.encode(list(texts), num_threads=threads)
 
     def decode(self, ids: Sequence[int]) -> str:
