@@ -52,11 +52,10 @@ from results import add_arguments, emit
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("misaligned", "untranslated", "wrong_language", "duplicate", "truncated", "markup")
-# the filters meant for each kind (misaligned pairs have none: only a bilingual model,
-# which `prepare` does not have, tells two fluent unrelated sentences from a translation)
-TARGETED = {"untranslated": ("copy", "language"), "wrong_language": ("language",),
-            "duplicate": ("duplicate", "near_duplicate"), "truncated": ("char_ratio",),
-            "markup": ("markup",)}  # fmt: skip
+# the filters meant for each kind of noise
+TARGETED = {"misaligned": ("misaligned",), "untranslated": ("copy", "language"),
+            "wrong_language": ("language",), "duplicate": ("duplicate", "near_duplicate"),
+            "truncated": ("char_ratio",), "markup": ("markup",)}  # fmt: skip
 MARKUP = ('<p class="caption">{}</p>', "<b>{}</b>", '{} <a href="/next">&raquo;</a>',
           "{}<br/>", "<div><span>{}</span></div>", "{} &nbsp;")  # fmt: skip
 Pair = tuple[str, str]

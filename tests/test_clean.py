@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aiayn.data.clean import Deduplicator, PairFilter, SeenHashes, normalized
+from aiayn.data.demo_corpus import demo_splits
 from aiayn.data.prepare_options import CLEANING, CleanOptions
 from aiayn.errors import ConfigError
 
@@ -42,6 +43,11 @@ LEAVE_ALONE = [
     ("If a < b, then b > a.", "Wenn a < b, dann b > a."),
 ]  # fmt: skip
 
+# Translations that the misaligned filter learns its word model from, with the pairs judged
+# (`clean`), as `prepare` learns it from a sample of the corpus it cleans.
+BACKGROUND = demo_splits(n_train=1500, n_valid=0, n_test=0, seed=3).train
+LONG = [pair for pair in BACKGROUND[:20] if min(len(side.split()) for side in pair) >= 6]
+
 # What each filter must remove (given after a first occurrence for the duplicate ones).
 CATCH = {
     "duplicate": [("Two young girls are playing in the sand.",
@@ -65,12 +71,15 @@ CATCH = {
                  ("Der Hund spielt im Garten mit einem Ball.", "Der Hund spielt im Garten.")],
     "char_ratio": [("A dog plays in the snow with a red ball.", "Ein Hund."),
                    ("Yes.", "Ja, das ist eine sehr gute Idee, die wir morgen besprechen.")],
+    # sentences of six words or more beside another pair's translation (BACKGROUND's words)
+    "misaligned": [(a[0], b[1]) for a, b in zip(LONG[:6], LONG[6:12])],
 }  # fmt: skip
 
 
 def clean(pairs: list, options: CleanOptions, src: str = "en", tgt: str = "de") -> list:
     """Each pair's reason (None: kept), in two chunks, as `prepare`'s workers and parent do."""
     pair_filter, dedup = PairFilter(options, src, tgt), Deduplicator(options)
+    pair_filter.learn_alignment(BACKGROUND[20:] + pairs)
     reasons: list = []
     for chunk in (pairs[: len(pairs) // 2], pairs[len(pairs) // 2 :]):
         verdicts = pair_filter.judge(chunk)
@@ -149,7 +158,10 @@ def test_character_ratio_is_not_judged_for_scripts_of_syllables_or_words() -> No
      ({"min_letter_share": 1.5}, "the min letter share must be between 0 and 1, got 1.5"),
      ({"max_char_ratio": 0.5}, "the max char ratio must be a number >= 1, got 0.5"),
      ({"language_ratio": float("nan")}, "the language ratio must be a number >= 1"),
-     ({"min_copy_words": 0}, "must be at least 1")],
+     ({"min_copy_words": 0}, "must be at least 1"),
+     ({"misaligned_min_words": 0}, "misaligned min words must be at least 1"),
+     ({"misaligned_quantile": 1.0}, "quantile must be between 0 and 1"),
+     ({"misaligned_sample": 0}, "its sample at least 1 pair")],
 )  # fmt: skip
 def test_impossible_cleaning_options_are_refused(changes: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):

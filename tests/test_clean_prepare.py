@@ -62,9 +62,32 @@ def corpus(tmp_path: Path) -> tuple[Path, dict[int, str]]:
 
 
 def args(root: Path, *extra: str) -> list[str]:
+    """The command over `corpus`. The misaligned filter is statistical (it may take a
+    translation or two of these 400, and miss a misalignment): its own tests are in
+    test_lexical.py and the one below; here the other filters' counts are exact."""
     return ["prepare", "--train", str(root / "train"), "--valid", str(root / "valid"),
             "--test", str(root / "test"), "--vocab-size", "600", "--out", str(root / "out"),
-            "--workers", "1", *extra]  # fmt: skip
+            "--workers", "1", "--skip-filter", "misaligned", *extra]  # fmt: skip
+
+
+def test_misaligned_pairs_are_removed_and_the_report_says_how(tmp_path, capsys):
+    """600 translations and 30 misaligned pairs (a source beside another's target): most
+    of those go, next to none of the translations; the note gives the threshold."""
+    base = clean_pairs(660)
+    pairs = list(base[:600]) + [(base[600 + i][0], base[630 + i][1]) for i in range(30)]
+    write(tmp_path / "train", pairs)
+    write(tmp_path / "valid", pairs[:40])
+    assert main(["prepare", "--train", str(tmp_path / "train"), "--valid", str(tmp_path / "valid"),
+                 "--vocab-size", "600", "--out", str(tmp_path / "out"), "--workers", "2",
+                 "--removed", str(tmp_path / "removed.tsv")]) == 0  # fmt: skip
+    report = json.loads((tmp_path / "out" / "manifest.json").read_text())["cleaning"]
+    lines = [line.split("\t") for line in (tmp_path / "removed.tsv").read_text().splitlines()]
+    misaligned = [int(line[0]) for line in lines if line[1] == "misaligned"]
+    assert report["removed"]["misaligned"]["count"] == len(misaligned)
+    assert sum(n > 600 for n in misaligned) >= 25 and sum(n <= 600 for n in misaligned) <= 6
+    (note,) = [n for n in report["notes"] if n.startswith("misaligned:")]
+    assert "Model 1 learned from" in note and "re-paired at random" in note
+    assert "misaligned" in capsys.readouterr().out
 
 
 def test_report_in_manifest_and_printed_and_every_removed_pair_in_the_tsv(corpus, capsys):
@@ -79,7 +102,7 @@ def test_report_in_manifest_and_printed_and_every_removed_pair_in_the_tsv(corpus
     example = report["removed"]["markup"]["examples"][0]
     lines = (root / "train.en").read_text().split("\n")
     assert example["src"] == lines[example["line"] - 1] and example["src"].startswith("<b>")
-    assert report["options"] == json.loads(json.dumps(CleanOptions().__dict__))
+    assert report["options"] == json.loads(json.dumps(CleanOptions(skip=("misaligned",)).__dict__))
     assert manifest["splits"]["train"]["dropped"]["language"] == 10
     rows = [row.split("\t") for row in (root / "removed.tsv").read_text().splitlines()]
     assert {int(row[0]): row[1] for row in rows} == expected

@@ -24,6 +24,11 @@ split only (valid and test keep every line, so outputs stay aligned with referen
     char_ratio      the longer side over `max_char_ratio` times the shorter in characters,
                     judged when the longer has at least `min_ratio_chars` (short sentences
                     vary most); not for scripts where a character is a syllable or word
+    misaligned      sides that do not translate each other: IBM Model 1 learned from a
+                    sample of the pairs the other filters keep scores the pair below the
+                    `misaligned_quantile` of the sample re-paired at random, judged when
+                    each side has `misaligned_min_words` words (data/lexical.py; not for
+                    scripts written without spaces between words)
 
 A pair that several filters would remove is counted under the first, in that order. The
 filters that take no corpus-wide state (all but the two duplicate ones) run here, in the
@@ -43,6 +48,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,9 +61,11 @@ from aiayn.data.language import (
     identifiable,
     scripts_of,
 )
+from aiayn.data.lexical import MisalignmentJudge, reservoir
 from aiayn.data.prepare_options import CleanOptions
 
 Pair = tuple[str, str]
+MIN_ALIGNMENT_SAMPLE = 200  # pairs the misaligned filter needs to learn from, else it does not run
 
 _DIGIT = re.compile(r"\d")
 _MARKUP = regex.compile(
@@ -127,15 +135,39 @@ class PairFilter:
     src: str
     tgt: str
     notes: list[str] = field(default_factory=list)
+    misaligned: MisalignmentJudge | None = None  # `learn_alignment`'s; None: not run
 
     def __post_init__(self) -> None:
         self._sides = (self._side(self.src), self._side(self.tgt))
         scripts = [scripts_of(lang) or () for lang in (self.src, self.tgt)]
-        dense = any(DENSE_SCRIPTS.intersection(s) for s in scripts)
-        self._char_ratio = self.options.runs("char_ratio") and not dense
-        if self.options.runs("char_ratio") and dense:
+        self._dense = any(DENSE_SCRIPTS.intersection(s) for s in scripts)
+        self._char_ratio = self.options.runs("char_ratio") and not self._dense
+        if self.options.runs("char_ratio") and self._dense:
             self.notes.append("char_ratio: not run, characters of "
                               f"{self.src} and {self.tgt} are not comparable")  # fmt: skip
+
+    def learn_alignment(self, pairs: Iterable[Pair], seed: int = 1) -> None:
+        """Learn the misaligned filter's judge from a uniform sample of `pairs` (the
+        training pairs, streamed: only the sample is held), less those the other filters
+        remove; it then runs in `reason`. Notes what it learned, or why it does not run."""
+        o = self.options
+        if not o.runs("misaligned"):
+            return
+        if self._dense:
+            self.notes.append(f"misaligned: not run, {self.src} or {self.tgt} is written "
+                              "without spaces between words")  # fmt: skip
+            return
+        sample = [p for p in reservoir(pairs, o.misaligned_sample, seed) if self.reason(*p) is None]
+        if len(sample) < MIN_ALIGNMENT_SAMPLE:
+            self.notes.append(f"misaligned: not run, {len(sample)} pairs to learn from "
+                              f"(at least {MIN_ALIGNMENT_SAMPLE})")  # fmt: skip
+            return
+        judge = MisalignmentJudge.learn(sample, o.misaligned_quantile, o.misaligned_min_words, seed)
+        self.misaligned = judge
+        self.notes.append(f"misaligned: Model 1 learned from {judge.pairs} pairs; removed "
+                          f"below {judge.threshold:.3f} (log-likelihood a word), what "
+                          f"{o.misaligned_quantile:.0%} of them re-paired at random score "
+                          "under")  # fmt: skip
 
     def _side(self, lang: str) -> _SideFilter:
         o = self.options
@@ -172,6 +204,8 @@ class PairFilter:
             short, long = sorted((len(src.strip()), len(tgt.strip())))
             if long >= o.min_ratio_chars and long > o.max_char_ratio * short:
                 return "char_ratio"
+        if self.misaligned is not None and self.misaligned.is_misaligned(src, tgt):
+            return "misaligned"
         return None
 
     def judge(self, chunk: list[Pair], reasons: list[str | None] | None = None) -> Verdicts:

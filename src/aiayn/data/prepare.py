@@ -117,8 +117,7 @@ def _write_prepared(
             manifest["splits"][name] = _binarize(name, files, tmp, (src_vocab, tgt_vocab),
                                                  LengthFilter(), threads, options.quiet)
             continue  # fmt: skip
-        pair_filter = PairFilter(options.clean, options.src, options.tgt)
-        with Cleaning(pair_filter, options.removed) as cleaning:
+        with Cleaning(_pair_filter(files, options), options.removed) as cleaning:
             manifest["splits"][name] = _binarize(name, files, tmp, (src_vocab, tgt_vocab),
                                                  length_filter, threads, options.quiet, cleaning)
         manifest["cleaning"] = cleaning.as_dict()
@@ -180,6 +179,22 @@ def _publish(tmp: Path, out: Path, overwrite: bool) -> None:
         shutil.rmtree(old, ignore_errors=True)
     else:
         tmp.rename(out)
+
+
+def _pair_filter(files: ParallelFiles, o: PrepareOptions) -> PairFilter:
+    """The training pairs' per-pair filters (`o.clean`), with the misaligned filter's judge
+    learned from a sample of them: one more read of the training split, the sample held."""
+    pair_filter = PairFilter(o.clean, o.src, o.tgt)
+    with tqdm(desc="misaligned: sample", unit=" pairs", file=sys.stderr,
+              disable=o.quiet or not o.clean.runs("misaligned")) as bar:  # fmt: skip
+        pair_filter.learn_alignment(_counted(read_pairs(files), bar), o.seed)
+    return pair_filter
+
+
+def _counted(items: Iterator, bar: tqdm) -> Iterator:
+    for item in items:
+        bar.update(1)
+        yield item
 
 
 def _side_sentences(files: ParallelFiles, sides: tuple[int, ...], bar: tqdm) -> Iterator[str]:
@@ -302,7 +317,7 @@ def dry_run(files: ParallelFiles, options: PrepareOptions) -> dict:
     nothing is encoded or written but the `options.removed` file. The token-length filters
     need the vocabulary and do not run. Returns {"src_lang", "tgt_lang", "cleaning"}."""
     o = options
-    with Cleaning(PairFilter(o.clean, o.src, o.tgt), o.removed, dry_run=True) as cleaning:
+    with Cleaning(_pair_filter(files, o), o.removed, dry_run=True) as cleaning:
         with tqdm(desc="clean train", unit=" pairs", file=sys.stderr, disable=o.quiet) as bar:
             bz.clean_split(read_pairs(files), cleaning, workers=cpu_threads(o.workers),
                            progress=bar.update)  # fmt: skip

@@ -18,7 +18,7 @@ from aiayn.errors import ConfigError
 # Every reason a training pair is removed, in the order they are judged and reported
 # (data/clean.py says what each removes).
 FILTERS = ("empty", "duplicate", "near_duplicate", "too_long", "ratio", "copy", "markup",
-           "chars", "script", "language", "char_ratio")  # fmt: skip
+           "chars", "script", "language", "char_ratio", "misaligned")  # fmt: skip
 # The cleaning filters that can be skipped (empty and the token filters have their own).
 CLEANING = tuple(f for f in FILTERS if f not in ("empty", "too_long", "ratio"))
 
@@ -36,6 +36,9 @@ class CleanOptions:
     language_ratio: float = 20.0  # language: another language this many times likelier
     max_char_ratio: float = 2.0  # char_ratio: longer side / shorter side, in characters
     min_ratio_chars: int = 20  # char_ratio: judged when the longer side has this many
+    misaligned_quantile: float = 0.95  # misaligned: of the decoys' scores (data/lexical.py)
+    misaligned_sample: int = 50_000  # misaligned: pairs Model 1 learns from (data/lexical.py)
+    misaligned_min_words: int = 3  # misaligned: judged when each side has this many words
     allow_heavy: bool = False  # go on when one filter removes over half the pairs
 
     def __post_init__(self) -> None:
@@ -51,8 +54,12 @@ class CleanOptions:
                             ("max char ratio", self.max_char_ratio)):  # fmt: skip
             if not 1.0 <= value < math.inf:
                 raise ConfigError(f"the {what} must be a number >= 1, got {value}")
-        if self.min_copy_words < 1 or self.min_ratio_chars < 1:
-            raise ConfigError("the min copy words and min ratio chars must be at least 1")
+        if min(self.min_copy_words, self.min_ratio_chars, self.misaligned_min_words) < 1:
+            raise ConfigError("the min copy words, min ratio chars and misaligned min words "
+                              "must be at least 1")  # fmt: skip
+        if not 0.0 < self.misaligned_quantile < 1.0 or self.misaligned_sample < 1:
+            raise ConfigError("the misaligned filter's quantile must be between 0 and 1 and "
+                              "its sample at least 1 pair")  # fmt: skip
 
     def runs(self, name: str) -> bool:
         return name not in self.skip
