@@ -534,7 +534,8 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--heads", metavar="FILE", help="what each head does, from `aiayn heads "
                    "--json FILE` on this model: the web page draws its grid (GET /heads)")
     limits = (("max_batch_tokens", int, "padded source tokens per batch"),
-              ("max_wait_ms", float, "wait for more requests to batch, in ms"),
+              ("max_wait_ms", float, "wait for more requests to batch, in ms (0: batch what "
+               "is queued when the model is free)"),
               ("max_queue", int, "sentences waiting before 503"),
               ("max_sentences", int, "sentences per request before 413"),
               ("max_sentence_tokens", int, "tokens of one sentence before 413"),

@@ -49,7 +49,10 @@ class ServeConfig:
     compile: str = "auto"  # the compiled decoder step (`fast.for_inference`), built at warm-up
     threads: int | None = None  # torch's CPU threads (None: torch's default)
     max_batch_tokens: int = 4096  # padded source tokens of one batch
-    max_wait_ms: float = 10.0  # how long the oldest request waits for others to join it
+    # How long the oldest request waits for others to join it. 0 by default: the worker
+    # takes what is queued when it is free, so a batch forms from what arrived while the
+    # last one decoded, and a lone request is not held back (Triton's default too).
+    max_wait_ms: float = 0.0
     max_queue: int = 1024  # sentences waiting; more -> 503
     max_sentences: int = 64  # per request; more -> 413
     max_sentence_tokens: int = 256  # source tokens of one sentence, eos included; more -> 413
