@@ -168,12 +168,15 @@ def measure_filters(train: Path, raw: Path, labels: list[str], out: Path) -> dic
 def prepared(name: str, train_prefix: Path, raw: Path, clean: CleanOptions, out: Path,
              vocab_size: int, resume: bool = False) -> tuple[Path, int]:  # fmt: skip
     """The condition's prepared directory (its own BPE, as a user would have) and its pairs;
-    with `resume`, one an earlier run prepared whole (`prepare` writes it at once) is kept."""
+    with `resume`, one an earlier run prepared whole (`prepare` writes it at once) with the
+    same cleaning options is kept."""
     data = out / f"data-{name}"
     if resume and (data / MANIFEST).is_file():
         manifest = json.loads((data / MANIFEST).read_text(encoding="utf-8"))
-        return data, manifest["splits"]["train"]["pairs"]
-    options = dataclasses.replace(OPTIONS, vocab_size=vocab_size, clean=clean, quiet=True)
+        if manifest["cleaning"]["options"] == json.loads(json.dumps(dataclasses.asdict(clean))):
+            return data, manifest["splits"]["train"]["pairs"]
+    options = dataclasses.replace(OPTIONS, vocab_size=vocab_size, clean=clean, quiet=True,
+                                  overwrite=True)  # fmt: skip
     manifest = prepare(train=train_prefix, valid=raw_prefixes(raw)["valid"], out=data,
                        options=options)  # fmt: skip
     return data, manifest["splits"]["train"]["pairs"]
@@ -181,7 +184,9 @@ def prepared(name: str, train_prefix: Path, raw: Path, clean: CleanOptions, out:
 
 def finished(config: Config) -> tuple[Path, dict] | None:
     """The final checkpoint and `end` event of a training of exactly `config` that ran to
-    its last update in `config.train.out_dir` (an earlier, interrupted run's), else None."""
+    its last update in `config.train.out_dir` (an earlier, interrupted run's) on the data
+    now in `config.data.dir` (the same vocabulary, which `prepare` learns from the training
+    pairs: a corpus cleaned otherwise since gets another), else None."""
     out, steps = Path(config.train.out_dir), config.train.max_steps
     log, checkpoint = out / "train_log.jsonl", out / "checkpoints" / f"step-{steps:06d}"
     if not log.is_file() or not checkpoint.is_dir():
@@ -189,6 +194,9 @@ def finished(config: Config) -> tuple[Path, dict] | None:
     ends = [e for e in map(json.loads, log.read_text(encoding="utf-8").splitlines())
             if e["event"] == "end" and e["step"] == steps]  # fmt: skip
     if not ends:
+        return None
+    data = json.loads((Path(config.data.dir) / MANIFEST).read_text(encoding="utf-8"))
+    if Checkpoint(checkpoint).src_vocab.sha256 != data["vocab"]["src"]["sha256"]:
         return None
     saved = Checkpoint(checkpoint).config
     # the trainer sets the vocabulary's size from the data (the same directory here)

@@ -129,9 +129,14 @@ def test_resume_scores_the_finished_trainings_and_trains_the_rest(tmp_path, monk
     monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
     for old in (tmp_path / "res").glob("*.json"):
         old.unlink()
+    manifest = out / "data-cleaned" / "manifest.json"  # as if prepared with other options
+    other = json.loads(manifest.read_text())
+    other["cleaning"]["options"]["min_copy_words"] = 99
+    manifest.write_text(json.dumps(other))
     bench.main()
     result = json.loads(next((tmp_path / "res").glob("noisy_corpus_*.json")).read_text())["result"]
     assert result["resumed"] is True
+    assert json.loads(manifest.read_text())["cleaning"]["options"]["min_copy_words"] == 4  # again
     assert [Path(c.train.out_dir).name for c in trained] == ["noisy-seed1"]  # cut short
     reused = {name: run["seeds"][0]["reused"] for name, run in result["runs"].items()}
     assert reused == {"clean": True, "noisy": False, "cleaned": True}
@@ -141,3 +146,11 @@ def test_resume_scores_the_finished_trainings_and_trains_the_rest(tmp_path, monk
     trained.clear()
     bench.main()
     assert len(trained) == 3
+    # a training on data prepared otherwise since (another vocabulary) is not reused
+    final = out / "clean-seed1" / "checkpoints" / "step-000003"
+    for name in ("vocab.model", "vocab.json"):  # as if trained on the noisy corpus's data
+        (final / name).write_bytes((out / "data-noisy" / name).read_bytes())
+    monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
+    trained.clear()
+    bench.main()
+    assert [Path(c.train.out_dir).name for c in trained] == ["clean-seed1"]
