@@ -86,7 +86,7 @@ def test_misaligned_pairs_are_removed_and_the_report_says_how(tmp_path, capsys):
     assert report["removed"]["misaligned"]["count"] == len(misaligned)
     assert sum(n > 600 for n in misaligned) >= 25 and sum(n <= 600 for n in misaligned) <= 6
     (note,) = [n for n in report["notes"] if n.startswith("misaligned:")]
-    assert "Model 1 learned from" in note and "re-paired at random" in note
+    assert "Model 1 learned from" in note and "median" in note
     assert "misaligned" in capsys.readouterr().out
 
 
@@ -216,10 +216,11 @@ def test_several_workers_clean_as_one_does(tmp_path):
                                  removed=str(tmp_path / f"removed{workers}.tsv"))  # fmt: skip
         manifests.append(prepare(train=tmp_path / "train", valid=tmp_path / "valid", out=out,
                                  options=options))  # fmt: skip
-    assert manifests[0]["cleaning"] == manifests[1]["cleaning"]
-    assert manifests[0]["cleaning"]["kept"] == 4200
+    assert manifests[0]["cleaning"] == manifests[1]["cleaning"]  # the judge too, in each worker
+    misaligned = manifests[0]["cleaning"]["removed"]["misaligned"]["count"]  # a few translations
+    assert misaligned < 0.01 * 4200 and manifests[0]["cleaning"]["kept"] == 4200 - misaligned
     one, two = ((tmp_path / f"removed{w}.tsv").read_text() for w in (1, 2))
-    assert one == two and len(one.splitlines()) == len(expected)
+    assert one == two and len(one.splitlines()) == len(expected) + misaligned
     assert (tmp_path / "out1" / "train.src.bin").read_bytes() == (
         tmp_path / "out2" / "train.src.bin").read_bytes()  # fmt: skip
 

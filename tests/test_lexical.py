@@ -40,7 +40,7 @@ def test_the_judge_finds_misaligned_pairs_and_keeps_translations():
     rng = random.Random(1)
     good = demo_splits(n_train=2000, n_valid=0, n_test=0, seed=7).train
     bad = [(good[i][0], good[rng.randrange(len(good))][1]) for i in rng.sample(range(2000), 100)]
-    judge = MisalignmentJudge.learn(good + bad, quantile=0.95, min_words=3)
+    judge = MisalignmentJudge.learn(good + bad, mads=2.5, min_words=3)
     judged_good = [p for p in good if judge.score(*p) is not None]
     judged_bad = [p for p in bad if judge.score(*p) is not None]
     assert len(judged_bad) >= 90 and len(judged_good) >= 1500
@@ -51,7 +51,7 @@ def test_the_judge_finds_misaligned_pairs_and_keeps_translations():
 
 def test_what_the_judge_cannot_judge_is_kept():
     good = demo_splits(n_train=500, n_valid=0, n_test=0, seed=7).train
-    judge = MisalignmentJudge.learn(good, quantile=0.95, min_words=3)
+    judge = MisalignmentJudge.learn(good, mads=2.5, min_words=3)
     assert judge.score("Yes.", "Nein.") is None  # a side of under 3 words
     assert judge.score("Zorro Quixote Pinocchio", "Xanadu Ypsilon Zebulon") is None  # no known word
     assert not judge.is_misaligned("Zorro Quixote Pinocchio", "Xanadu Ypsilon Zebulon")

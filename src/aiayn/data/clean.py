@@ -25,8 +25,8 @@ split only (valid and test keep every line, so outputs stay aligned with referen
                     judged when the longer has at least `min_ratio_chars` (short sentences
                     vary most); not for scripts where a character is a syllable or word
     misaligned      sides that do not translate each other: IBM Model 1 learned from a
-                    sample of the pairs the other filters keep scores the pair below the
-                    `misaligned_quantile` of the sample re-paired at random, judged when
+                    sample of the pairs the other filters keep scores the pair more than
+                    `misaligned_mads` robust SDs below the sample's median, judged when
                     each side has `misaligned_min_words` words (data/lexical.py; not for
                     scripts written without spaces between words)
 
@@ -162,12 +162,12 @@ class PairFilter:
             self.notes.append(f"misaligned: not run, {len(sample)} pairs to learn from "
                               f"(at least {MIN_ALIGNMENT_SAMPLE})")  # fmt: skip
             return
-        judge = MisalignmentJudge.learn(sample, o.misaligned_quantile, o.misaligned_min_words, seed)
+        judge = MisalignmentJudge.learn(sample, o.misaligned_mads, o.misaligned_min_words)
         self.misaligned = judge
-        self.notes.append(f"misaligned: Model 1 learned from {judge.pairs} pairs; removed "
-                          f"below {judge.threshold:.3f} (log-likelihood a word), what "
-                          f"{o.misaligned_quantile:.0%} of them re-paired at random score "
-                          "under")  # fmt: skip
+        self.notes.append(f"misaligned: Model 1 learned from {judge.pairs} pairs; a pair's "
+                          f"score (log-likelihood a word) below {judge.threshold:.3f} = "
+                          f"median {judge.median:.3f} - {o.misaligned_mads:g} x "
+                          f"{judge.spread:.3f}")  # fmt: skip
 
     def _side(self, lang: str) -> _SideFilter:
         o = self.options

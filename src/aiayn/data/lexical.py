@@ -1,35 +1,33 @@
 """The `misaligned` filter's judge: IBM Model 1 word translation probabilities, learned
-from the corpus itself, and a threshold learned from misaligned pairs made on purpose.
+from the corpus itself, and how far below the corpus's usual pair a pair scores.
 
 A misaligned pair (a sentence beside another pair's translation: crawled corpora hold many)
 is two fluent sentences of the right languages, so no filter of one side sees it; only a
 bilingual model does. IBM Model 1 (Brown et al., "The Mathematics of Statistical Machine
 Translation", 1993) is the smallest such model: t(f | e), the probability that word e
 translates as f, learned by EM from a sample of the training pairs, with no dictionary and
-nothing downloaded. A pair's score is how much better each side's words are explained by
-the other side than by their frequency alone, per word, the two directions averaged:
-log(p(f | source) / u(f)) over the target words f, with p(f | source) Model 1's
-(1 / (l + 1)) sum_e t(f | e) (e over the l source words and NULL) smoothed with the
-unigram probability u(f). Word-alignment filters score pairs so (OpusFilter's
-WordAlignFilter, with eflomal's models); dividing by u(f) keeps frequent words from
-making any two sentences look related.
+nothing downloaded. A pair's score is the mean log-likelihood per word of each side given
+the other, the two directions averaged: log((1 / (l + 1)) sum_e t(f | e)) over the target
+words f (e over the l source words and NULL). Word-alignment filters score pairs so
+(OpusFilter's WordAlignFilter, with eflomal's models).
 
-The threshold. EM fits whatever it is given, misaligned pairs too, so what a misaligned
-pair scores depends on the corpus. The sample therefore learns with decoys: some of its
-sentences re-paired at random (each source beside another pair's target), misaligned by
-construction and learned from like the rest. A pair scoring below the `quantile` of the
-decoys' scores (`CleanOptions`' 0.95: what 19 in 20 of them score under) is misaligned:
-by construction about that share of misaligned pairs goes. So the threshold
-follows each corpus and language pair rather than being a number, and a translation goes
-only where it scores like a random pairing. Pairs with a side of fewer than `min_words`
-words are not judged: over one or two words the mean is mostly chance (a "No." / "Nein."
-where the sample's "no" is mostly "kein").
+Only words seen `MIN_COUNT` times in the sample take part; the others are left out of the
+sums and means. EM fits what it is given, and a word seen once or twice is explained by
+whatever stood beside it: with every word, pairs of the sample scored far above pairs
+outside it (on Multi30k with labelled noise, half the translations outside the sample fell
+below a threshold that took 1% of those inside), and a corpus larger than the sample is
+mostly outside it. With the frequent words only, both score alike.
+
+A pair scoring more than `mads` robust standard deviations (1.4826 x the median absolute
+deviation) below the median of the sample's scores is misaligned: the threshold follows
+each corpus and language pair rather than being a number of nats. Pairs with a side of
+fewer than `min_words` words are not judged: over one or two words the mean is mostly
+chance (a "No." / "Nein." where the sample's "no" is mostly "kein").
 
 Why by hand: eflomal, what OpusFilter runs, is C source compiled at install that aligns
 whole files; Model 1's EM is a few lines of NumPy over a bounded sample (`learn`), and its
 pruned table is small enough to travel to the encoding workers. Words are runs of letters
-and digits, case folded; a word the sample never saw says nothing and is left out (rare
-names would otherwise sink good pairs).
+and digits, case folded.
 """
 
 from __future__ import annotations
@@ -48,8 +46,9 @@ _WORD = regex.compile(r"\w+")
 NULL = 0  # the source word every target word may also come from
 ITERATIONS = 8  # EM iterations: the table changes little after these
 KEEP = 1e-3  # t(f | e) below this is dropped from the table (as if 0)
-SMOOTHING = 0.1  # the unigram's weight in p(f | source)
-DECOYS = 0.05  # random pairings learned with the sample, as a share of it
+FLOOR = 1e-3  # the least probability a target word gets: one unexplained word costs ~7 nats
+MIN_COUNT = 10  # times a word is seen in the sample to take part
+MAD_TO_SD = 1.4826  # the median absolute deviation of a normal distribution, in SDs
 
 
 def words(text: str) -> list[str]:
@@ -59,14 +58,14 @@ def words(text: str) -> list[str]:
 
 @dataclass
 class Model1:
-    """t(f | e) for one direction: the words' ids (source id 0 is NULL) and the table, as
-    sorted keys e * len(tgt_ids) + f beside their probabilities; u(f) beside them."""
+    """t(f | e) for one direction: the ids of the words that take part (source id 0 is
+    NULL) and the table, as sorted keys e * n_tgt + f beside their probabilities."""
 
     src_ids: dict[str, int]
     tgt_ids: dict[str, int]
+    n_tgt: int  # target word ids, all words of the sample (the keys' multiplier)
     keys: np.ndarray  # (entries,) int64, sorted
     probs: np.ndarray  # (entries,) float64
-    unigram: np.ndarray  # (target words,) u(f), the target words' share of the sample's
 
     @classmethod
     def learn(cls, src: Sequence[list[str]], tgt: Sequence[list[str]]) -> Model1:
@@ -92,25 +91,29 @@ class Model1:
             share = p / np.bincount(group, p, minlength=position)[group]  # posterior of e for f
             counts = np.bincount(entry, share, minlength=len(keys))  # expected c(e, f)
             t = counts / np.bincount(source, counts)[source]  # normalised over f for each e
-        kept = t >= KEEP
-        every = np.array([tgt_ids[w] for ws in tgt for w in ws], np.int64)
-        counts = np.bincount(every, minlength=len(tgt_ids)).astype(np.float64)  # c(f)
-        return cls(src_ids, tgt_ids, keys[kept], t[kept], counts / max(counts.sum(), 1.0))
+        src_count = np.bincount(np.array([src_ids[w] for ws in src for w in ws], np.int64),
+                                minlength=len(src_ids))  # fmt: skip
+        tgt_count = np.bincount(np.array([tgt_ids[w] for ws in tgt for w in ws], np.int64),
+                                minlength=n_tgt)  # fmt: skip
+        src_count[NULL] = MIN_COUNT  # NULL always takes part
+        kept = (t >= KEEP) & (src_count[source] >= MIN_COUNT) & (tgt_count[keys % n_tgt] >= MIN_COUNT)
+        return cls({w: i for w, i in src_ids.items() if src_count[i] >= MIN_COUNT},
+                   {w: i for w, i in tgt_ids.items() if tgt_count[i] >= MIN_COUNT}, n_tgt,
+                   keys[kept], t[kept])  # fmt: skip
 
-    def log_ratio(self, src: list[str], tgt: list[str]) -> float | None:
-        """Mean over the known words f of `tgt` of log(p(f | src) / u(f)), p Model 1's
-        smoothed with u; None where `tgt` has no word the sample saw."""
+    def log_likelihood(self, src: list[str], tgt: list[str]) -> float | None:
+        """Mean over the words f of `tgt` that take part of log((1 / (l + 1)) sum_e
+        t(f | e)), e over those of `src` and NULL; None where no word of `tgt` takes part."""
         f = np.array([self.tgt_ids[w] for w in tgt if w in self.tgt_ids], np.int64)
         if f.size == 0:
             return None
         e = np.array([NULL] + [self.src_ids[w] for w in src if w in self.src_ids], np.int64)
-        key = e[None, :] * len(self.tgt_ids) + f[:, None]  # (target words, l + 1)
+        key = e[None, :] * self.n_tgt + f[:, None]  # (target words, l + 1)
         at = np.searchsorted(self.keys, key).clip(max=max(len(self.keys) - 1, 0))
         found = self.keys[at] == key if len(self.keys) else np.zeros(key.shape, bool)
         t = np.where(found, self.probs[at] if len(self.keys) else 0.0, 0.0)
-        u = self.unigram[f]  # (target words,)
-        p = (1 - SMOOTHING) * t.sum(axis=1) / (len(src) + 1) + SMOOTHING * u
-        return float(np.mean(np.log(p) - np.log(u)))
+        p = np.maximum(t.sum(axis=1) / len(e), FLOOR)  # (target words,)
+        return float(np.log(p).mean())
 
 
 @dataclass
@@ -119,35 +122,34 @@ class MisalignmentJudge:
 
     forward: Model1  # t(target word | source word)
     backward: Model1  # t(source word | target word)
+    median: float  # of the sample's scores
+    spread: float  # MAD_TO_SD x their median absolute deviation
     threshold: float  # a pair scoring below it is misaligned
     pairs: int  # the sample's size
     min_words: int  # pairs with a side shorter than this are not judged
 
     @classmethod
-    def learn(cls, pairs: Sequence[Pair], quantile: float, min_words: int,
-              seed: int = 1) -> MisalignmentJudge:  # fmt: skip
-        """Model 1 both ways over `pairs` and decoys (`DECOYS` of them re-paired at random,
-        no source with its own target), and the threshold: the decoys' `quantile` score."""
-        rng = np.random.default_rng(seed)
-        chosen = rng.permutation(len(pairs))[: max(2, round(DECOYS * len(pairs)))]
-        decoys = [(pairs[i][0], pairs[j][1]) for i, j in zip(chosen, np.roll(chosen, 1))]
-        src = [words(s) for s, _ in [*pairs, *decoys]]
-        tgt = [words(t) for _, t in [*pairs, *decoys]]
+    def learn(cls, pairs: Sequence[Pair], mads: float, min_words: int) -> MisalignmentJudge:
+        """Model 1 both ways over `pairs`, and the threshold `mads` spreads below the median
+        of their scores."""
+        src, tgt = [words(s) for s, _ in pairs], [words(t) for _, t in pairs]
         forward, backward = Model1.learn(src, tgt), Model1.learn(tgt, src)
-        judge = cls(forward, backward, -math.inf, len(pairs), min_words)
-        scores = [x for x in (judge.score(s, t) for s, t in decoys) if x is not None]
-        if scores:
-            judge.threshold = float(np.quantile(scores, quantile))
+        judge = cls(forward, backward, 0.0, 0.0, -math.inf, len(pairs), min_words)
+        scores = np.array([x for x in (judge.score(s, t) for s, t in pairs) if x is not None])
+        if scores.size:
+            judge.median = float(np.median(scores))
+            judge.spread = MAD_TO_SD * float(np.median(np.abs(scores - judge.median)))
+            judge.threshold = judge.median - mads * judge.spread
         return judge
 
     def score(self, src: str, tgt: str) -> float | None:
-        """`Model1.log_ratio` of each side given the other, the two averaged (one where
-        the other side has no known word); None: not judged (no known word either way,
-        or a side of fewer than `min_words` words)."""
+        """`Model1.log_likelihood` of each side given the other, the two averaged (one
+        where the other side has no word that takes part); None: not judged (no such word
+        either way, or a side of fewer than `min_words` words)."""
         s, t = words(src), words(tgt)
         if min(len(s), len(t)) < self.min_words:
             return None
-        both = [x for x in (self.forward.log_ratio(s, t), self.backward.log_ratio(t, s))
+        both = [x for x in (self.forward.log_likelihood(s, t), self.backward.log_likelihood(t, s))
                 if x is not None]  # fmt: skip
         return sum(both) / len(both) if both else None
 

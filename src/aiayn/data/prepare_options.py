@@ -36,7 +36,7 @@ class CleanOptions:
     language_ratio: float = 20.0  # language: another language this many times likelier
     max_char_ratio: float = 2.0  # char_ratio: longer side / shorter side, in characters
     min_ratio_chars: int = 20  # char_ratio: judged when the longer side has this many
-    misaligned_quantile: float = 0.95  # misaligned: of the decoys' scores (data/lexical.py)
+    misaligned_mads: float = 2.5  # misaligned: robust SDs below the sample's median score
     misaligned_sample: int = 50_000  # misaligned: pairs Model 1 learns from (data/lexical.py)
     misaligned_min_words: int = 3  # misaligned: judged when each side has this many words
     allow_heavy: bool = False  # go on when one filter removes over half the pairs
@@ -57,8 +57,8 @@ class CleanOptions:
         if min(self.min_copy_words, self.min_ratio_chars, self.misaligned_min_words) < 1:
             raise ConfigError("the min copy words, min ratio chars and misaligned min words "
                               "must be at least 1")  # fmt: skip
-        if not 0.0 < self.misaligned_quantile < 1.0 or self.misaligned_sample < 1:
-            raise ConfigError("the misaligned filter's quantile must be between 0 and 1 and "
+        if not 0.0 < self.misaligned_mads < math.inf or self.misaligned_sample < 1:
+            raise ConfigError("the misaligned filter's deviations must be a number > 0 and "
                               "its sample at least 1 pair")  # fmt: skip
 
     def runs(self, name: str) -> bool:
