@@ -21,6 +21,7 @@ import torch
 from aiayn.checkpoint import save_checkpoint
 from aiayn.config import Config, DecodeConfig
 from aiayn.model.transformer import Transformer
+from aiayn.serve.service import ServeConfig
 from conftest import tiny_model_config
 from tiny_checkpoint import tiny_vocab
 
@@ -141,7 +142,9 @@ def test_serve_load_mixed_runs_two_models_alone_and_together(tmp_path):
     cells = mixed["cells"]
     heavy = "b" if s["lighter"] == "a" else "a"
     assert s["lighter_p99_bound_ms"] == round(
-        cells[f"alone_{s['lighter']}"]["p99_ms"] + 10 + cells[f"alone_{heavy}"]["p50_ms"], 1)
+        cells[f"alone_{s['lighter']}"]["p99_ms"] + mixed["max_wait_ms"]
+        + cells[f"alone_{heavy}"]["p50_ms"], 1)  # fmt: skip
+    assert mixed["max_wait_ms"] == ServeConfig.max_wait_ms  # aiayn serve's default
 
 
 def test_mixed_takes_german_from_the_demo_split_beside_given_english_and_refuses_others():
