@@ -25,14 +25,16 @@
 
 Prints one JSON object and writes it to benchmarks/results/. Not a test: hours on two cores.
 `--resume` goes on where an interrupted run in `--out` stopped: the conditions' prepared data
-and every training that ran to its end with the same config are kept (and scored again),
-the rest is done; each seed's result says whether its training was "reused".
+(if cleaned with the same options) and every training that ran to its end with the same
+config on the same data (`data_print`) are kept (and scored again), the rest is done; each
+seed's result says whether its training was "reused".
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import random
 import shutil
@@ -182,11 +184,23 @@ def prepared(name: str, train_prefix: Path, raw: Path, clean: CleanOptions, out:
     return data, manifest["splits"]["train"]["pairs"]
 
 
+DATA_PRINT = "data_print.txt"  # in a training's directory: what it trained on
+
+
+def data_print(data: Path) -> str:
+    """A prepared directory's fingerprint: a hash of its manifest's vocabulary, cleaning
+    options and training split (pairs, tokens, input files' hashes)."""
+    manifest = json.loads((data / MANIFEST).read_text(encoding="utf-8"))
+    what = [manifest["vocab"], manifest["cleaning"]["options"], manifest["splits"]["train"]]
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
+
+
 def finished(config: Config) -> tuple[Path, dict] | None:
     """The final checkpoint and `end` event of a training of exactly `config` that ran to
     its last update in `config.train.out_dir` (an earlier, interrupted run's) on the data
-    now in `config.data.dir` (the same vocabulary, which `prepare` learns from the training
-    pairs: a corpus cleaned otherwise since gets another), else None."""
+    now in `config.data.dir` (its `data_print`, which the training left beside it: a corpus
+    cleaned otherwise since has other pairs, though its vocabulary, learned before
+    cleaning, is the same), else None."""
     out, steps = Path(config.train.out_dir), config.train.max_steps
     log, checkpoint = out / "train_log.jsonl", out / "checkpoints" / f"step-{steps:06d}"
     if not log.is_file() or not checkpoint.is_dir():
@@ -195,8 +209,8 @@ def finished(config: Config) -> tuple[Path, dict] | None:
             if e["event"] == "end" and e["step"] == steps]  # fmt: skip
     if not ends:
         return None
-    data = json.loads((Path(config.data.dir) / MANIFEST).read_text(encoding="utf-8"))
-    if Checkpoint(checkpoint).src_vocab.sha256 != data["vocab"]["src"]["sha256"]:
+    mark = out / DATA_PRINT
+    if not mark.is_file() or mark.read_text(encoding="utf-8") != data_print(Path(config.data.dir)):
         return None
     saved = Checkpoint(checkpoint).config
     # the trainer sets the vocabulary's size from the data (the same directory here)
@@ -227,6 +241,7 @@ def train_and_score(data: Path, out: Path, seed: int, updates: int, overrides: l
         result = train(config)
         minutes = round((time.monotonic() - start) / 60, 1)
         checkpoint, steps = result.final_checkpoint, result.steps
+        (out / DATA_PRINT).write_text(data_print(data), encoding="utf-8")
     tried, best, _ = choose_on_dev([(steps, checkpoint)], out, dev, averages=((1, 1),))
     scores = {k: v for k, v in best.items() if k not in ("average_last", "apart", "alpha")}
     return {"seed": seed, "steps": steps, "train_minutes": minutes, "reused": done is not None,

@@ -146,11 +146,11 @@ def test_resume_scores_the_finished_trainings_and_trains_the_rest(tmp_path, monk
     trained.clear()
     bench.main()
     assert len(trained) == 3
-    # a training on data prepared otherwise since (another vocabulary) is not reused
-    final = out / "clean-seed1" / "checkpoints" / "step-000003"
-    for name in ("vocab.model", "vocab.json"):  # as if trained on the noisy corpus's data
-        (final / name).write_bytes((out / "data-noisy" / name).read_bytes())
+    # a training on other data than the condition's now (e.g. cleaned otherwise) is not
+    # reused, nor one that does not say what it trained on
+    (out / "clean-seed1" / bench.DATA_PRINT).write_text(bench.data_print(out / "data-noisy"))
+    (out / "noisy-seed1" / bench.DATA_PRINT).unlink()
     monkeypatch.setattr(sys, "argv", [*argv, "--resume"])
     trained.clear()
     bench.main()
-    assert [Path(c.train.out_dir).name for c in trained] == ["clean-seed1"]
+    assert [Path(c.train.out_dir).name for c in trained] == ["clean-seed1", "noisy-seed1"]
