@@ -503,10 +503,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
         "serve",
         help="serve a checkpoint over HTTP: JSON API, LibreTranslate's API, a web page",
         description="Serve --checkpoint (one or several) on http://HOST:PORT/ (needs the serve "
-        "extra: pip install 'aiayn[serve]'). Concurrent requests are batched up to "
-        "--max-batch-tokens source tokens or --max-wait-ms; --max-batch-tokens 1 "
-        "--max-wait-ms 0 serves one "
-        "request at a time. GET / is a web page; POST /v1/translate and /translate (in "
+        "extra: pip install 'aiayn[serve]'). Concurrent requests are batched: what is queued "
+        "when the model is free, up to --max-batch-tokens source tokens (--max-wait-ms holds "
+        "the oldest back for company); --max-batch-tokens 1 serves one request at a time. "
+        "GET / is a web page; POST /v1/translate and /translate (in "
         "LibreTranslate's shape) translate; GET /health, /ready and /info report.",
     )
     p.add_argument("--checkpoint", required=True, metavar="DIR", action="append",
