@@ -62,11 +62,12 @@ class BeamStep(nn.Module):
         token = row_token.view(batch, beam * n).gather(1, index)  # (batch, n)
         ends = token.eq(self.eos_id)
         # every candidate's hypothesis: its parent's tokens, and its token at column |Y| - 1
-        seqs = tokens.gather(1, (index // n)[:, :, None].expand(batch, n, width))
+        seqs = tokens.gather(1, (index // n)[:, :, None].expand(batch, n, width))  # (batch, n, width)
         seqs = seqs.scatter(2, (length - 1).expand(batch, n, 1), token[:, :, None])
         # the finished lists (`BeamStrategy._finish`), merged with what ended now
         new_scores = torch.where(ends & top.gt(NEG_INF), top / lps[0], NEG_INF)
-        fin_scores, pick = torch.cat([fin_scores, new_scores], dim=1).topk(fin_scores.size(1), dim=1)
+        merged = torch.cat([fin_scores, new_scores], dim=1)  # (batch, nbest + n)
+        fin_scores, pick = merged.topk(fin_scores.size(1), dim=1)  # (batch, nbest)
         fin_logp = torch.cat([fin_logp, top], dim=1).gather(1, pick)
         fin_len = torch.cat([fin_len, length.expand(batch, n)], dim=1).gather(1, pick)
         fin_tokens = torch.cat([fin_tokens, seqs], dim=1).gather(1, pick[:, :, None].expand(-1, -1, width))
@@ -74,8 +75,8 @@ class BeamStep(nn.Module):
         live, pick = top.masked_fill(ends, NEG_INF).topk(beam, dim=1)  # (batch, beam)
         parent = torch.minimum(index.gather(1, pick) // n, k - 1)  # dead slots: any row
         next_tokens = token.gather(1, pick)
-        tokens = seqs.gather(1, pick[:, :, None].expand(-1, -1, width))
-        rows = (parent + torch.arange(batch, device=logp.device)[:, None] * k).flatten()
+        tokens = seqs.gather(1, pick[:, :, None].expand(-1, -1, width))  # (batch, beam, width)
+        rows = (parent + torch.arange(batch, device=logp.device)[:, None] * k).flatten()  # (batch * beam,)
         # `BeamStrategy._done`
         best_live = live.max(dim=1).values  # (batch,)
         bound = best_live / max_lp.clamp(min=lps[1])
