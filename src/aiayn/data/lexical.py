@@ -135,7 +135,7 @@ class MisalignmentJudge:
         src, tgt = [words(s) for s, _ in pairs], [words(t) for _, t in pairs]
         forward, backward = Model1.learn(src, tgt), Model1.learn(tgt, src)
         judge = cls(forward, backward, 0.0, 0.0, -math.inf, len(pairs), min_words)
-        scores = np.array([x for x in (judge.score(s, t) for s, t in pairs) if x is not None])
+        scores = np.array([x for x in map(judge.score_words, src, tgt) if x is not None])
         if scores.size:
             judge.median = float(np.median(scores))
             judge.spread = MAD_TO_SD * float(np.median(np.abs(scores - judge.median)))
@@ -146,7 +146,10 @@ class MisalignmentJudge:
         """`Model1.log_likelihood` of each side given the other, the two averaged (one
         where the other side has no word that takes part); None: not judged (no such word
         either way, or a side of fewer than `min_words` words)."""
-        s, t = words(src), words(tgt)
+        return self.score_words(words(src), words(tgt))
+
+    def score_words(self, s: list[str], t: list[str]) -> float | None:
+        """`score` of two sides already split into `words`."""
         if min(len(s), len(t)) < self.min_words:
             return None
         both = [x for x in (self.forward.log_likelihood(s, t), self.backward.log_likelihood(t, s))
