@@ -13,10 +13,9 @@ words f (e over the l source words and NULL). Word-alignment filters score pairs
 
 Only words seen `MIN_COUNT` times in the sample take part; the others are left out of the
 sums and means. EM fits what it is given, and a word seen once or twice is explained by
-whatever stood beside it: with every word, pairs of the sample scored far above pairs
-outside it (on Multi30k with labelled noise, half the translations outside the sample fell
-below a threshold that took 1% of those inside), and a corpus larger than the sample is
-mostly outside it. With the frequent words only, both score alike.
+whatever stood beside it: with every word, translations outside the sample scored far
+below those inside it (docs/cleaning.md), and a corpus larger than the sample is mostly
+outside it. With the frequent words only, both score alike.
 
 A pair scoring more than `mads` robust standard deviations (1.4826 x the median absolute
 deviation) below the median of the sample's scores is misaligned: the threshold follows

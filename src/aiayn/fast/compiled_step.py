@@ -111,7 +111,7 @@ class _Loaded:
     """A loaded library as a function: its inputs made contiguous, as they were traced.
     The functions take tensors only and return a tuple of them, so the library's flat
     inputs and outputs are the call's own: it is run directly, without the package's
-    per-call parsing of its argument structure (a fifth of a small model's step)."""
+    per-call parsing of its argument structure."""
 
     def __init__(self, package) -> None:
         self.run = package.loader.boxed_run  # list of tensors -> list of tensors
