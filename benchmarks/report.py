@@ -213,6 +213,15 @@ def _demo(result: dict) -> list[tuple[str, str]]:
             ("training minutes", f"{result['train_minutes']:g}")]  # fmt: skip
 
 
+def _demo_base(result: dict) -> list[tuple[str, str]]:
+    """The base-sized demo model: that it translates, and that its outputs end."""
+    m = result["model"]
+    return [(f"sacreBLEU, d_model {m['d_model']}, {m['n_layers']} + {m['n_layers']} layers, "
+             f"{result['train_steps']} updates", f"{result['bleu']:.2f}"),
+            ("output length / reference length", f"{result['length_ratio']:.3f}"),
+            ("training minutes", f"{result['train_minutes']:g}")]  # fmt: skip
+
+
 def _parse_demo(result: dict) -> list[tuple[str, str]]:
     e = result["evalb"]
     return [("F1, strict (error and skip sentences scored)", f"{result['strict_f1']:.2f}"),
@@ -303,13 +312,26 @@ def _serve_load(result: dict) -> list[tuple[str, str]]:
     low, high = s["dynamic_rss_mb_min_max"]
     peers = [(f"{s['clients']} clients: sentences/s, dynamic batching / {peer} (same model)",
               f"{s[f'dynamic_vs_{peer}_throughput']:.2f}") for peer in PEERS if f"{peer}_p99_ms" in s]
+    peers += [(f"p50 ms at {key.rsplit('_', 2)[1]} client, dynamic batching / {peer}", f"{value:.2f}")
+              for peer in PEERS for key, value in s.items()
+              if key.startswith(f"dynamic_vs_{peer}_p50_at_")]  # fmt: skip
     return [(f"{s['clients']} clients: sentences/s, dynamic batching / one at a time", f"{s['throughput_ratio']:.2f}"),
             (f"{s['clients']} clients: p99 ms, dynamic / one at a time",
              f"{s['p99_ms_dynamic']:g} / {s['p99_ms_one_at_a_time']:g}"),
             ("errors", str(s["errors"])),
             ("resident MB over the run, dynamic batching", f"{low:g} to {high:g}"),
             (f"resident MB growth over the repeated {s['clients']}-client cell",
-             f"{s['dynamic_rss_mb_growth_repeat']:g}"), *peers, *_serve_mixed(result)]  # fmt: skip
+             f"{s['dynamic_rss_mb_growth_repeat']:g}"), *peers, *_served_model(result),
+            *_serve_mixed(result)]  # fmt: skip
+
+
+def _served_model(result: dict) -> list[tuple[str, str]]:
+    """The served model's size and weights, where the result names them."""
+    if "model" not in result:
+        return []
+    m = result["model"]
+    return [("model served, weights", f"d_model {m['d_model']}, {m['layers']} + {m['layers']} layers, "
+             f"{m['parameters'] / 1e6:.1f} M parameters; {result['weights']}")]  # fmt: skip
 
 
 def _serve_mixed(result: dict) -> list[tuple[str, str]]:
@@ -440,7 +462,7 @@ def _finetune(result: dict) -> list[tuple[str, str]]:
 
 SUMMARIES = {"finetune": _finetune, "before_after": _before_after,
              "export_agreement": _export_agreement, "train_speed": _train_speed, "gpu_levers": _gpu_levers,
-             "recipe_search": _recipe_search, "multi30k": _multi30k, "demo": _demo,
+             "recipe_search": _recipe_search, "multi30k": _multi30k, "demo": _demo, "demo_base": _demo_base,
              "table3": _table3, "parse_demo": _parse_demo,
              "prepare_scale": _prepare_scale, "length_extrapolation": _length_extrapolation,
              "attention_window": _attention_window, "precision_curves": _precision_curves,

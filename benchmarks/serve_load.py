@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/serve_load.py --checkpoint runs/demo/checkpoint
         [--clients 1 8 32] [--seconds 20] [--max-requests 3000] [--threads 2] [--max-wait-ms MS]
-        [--sentences runs/demo/corpus/test.en] [--mixed runs/demo-de-en/checkpoint]
+        [--sentences runs/demo/corpus/test.en] [--mixed runs/demo-de-en/checkpoint] [--int8]
 
 Two real `aiayn serve` processes on loopback, one after the other: "dynamic" with the
 service's batching (--max-batch-tokens 4096 and `--max-wait-ms`, the service's default
@@ -29,6 +29,11 @@ download models as it starts.
 With `--mixed B`, a second model (another pair) joins --checkpoint's in one server, each
 model loaded alone at half the largest --clients, then both at once (`serve_mixed.py`:
 throughput ratios, the lighter model's p99, resident memory of one model and of two).
+
+With `--int8`, every server decodes with int8 weights: `aiayn serve --int8`, and
+LibreTranslate with ARGOS_COMPUTE_TYPE int8 (CTranslate2's int8). The report names the
+model's size (d_model, layers, parameters), so that results of two models are told apart
+(`base_demo.py` trains a base-sized one for this).
 
 Prints one JSON object and writes it under benchmarks/results/ (`results.emit`). Loopback
 only; every loop is bounded in requests and time.
@@ -76,7 +81,8 @@ def start_server(args, checkpoint: str, options: list[str]) -> tuple[subprocess.
     before it is ready: minutes for a base-sized model, hence the long wait."""
     command = [sys.executable, "-m", "aiayn", "serve", "--checkpoint", checkpoint, "--port",
                "0", "--threads", str(args.threads), "--worker", args.worker, "--compile",
-               args.compile, "--max-queue", "100000", *options]  # fmt: skip
+               args.compile, "--max-queue", "100000", *(["--int8"] if args.int8 else []),
+               *options]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     line = process.stdout.readline()
     port = int(re.search(r"127\.0\.0\.1:(\d+)", line).group(1))
@@ -101,10 +107,10 @@ def wait_ready(process: subprocess.Popen, port: int, path: str, seconds: int = 1
 
 
 def start_libretranslate(
-    exe: str, checkpoint: str, threads: int, home: Path
+    exe: str, checkpoint: str, threads: int, home: Path, compute_type: str = "float32"
 ) -> tuple[subprocess.Popen, int, Callable[[str], tuple[str, dict]]]:
-    """LibreTranslate serving the checkpoint's Argos package, everything under `home`, no
-    download tried; -> the process, its port and its request for a sentence."""
+    """LibreTranslate serving the checkpoint's Argos package in `compute_type`, everything
+    under `home`, no download tried; -> the process, its port and its request for a sentence."""
     from aiayn.checkpoint import Checkpoint
     from aiayn.export import export_checkpoint
 
@@ -114,7 +120,7 @@ def start_libretranslate(
                                             if n.endswith("/metadata.json"))))  # fmt: skip
     src, tgt = meta["from_code"], meta["to_code"]
     beam = Checkpoint(checkpoint).config.decode.beam
-    env = argos_environment(home, beam, threads=threads)
+    env = argos_environment(home, beam, compute_type, threads=threads)
     install = "import sys, argostranslate.package as p; p.install_from_path(sys.argv[1])"
     python = Path(exe).parent / "python"
     subprocess.run([str(python), "-c", install, str(package)], env=env, check=True,
@@ -247,9 +253,9 @@ def run_mode(args, name: str, sentences: list[str]) -> dict:
     ready_s = round(time.monotonic() - start, 1)  # the first: with the compiled step's build
     try:
         cells = run_cells(args, name, sentences, process, port, v1_request)
-        stats = _get(port, "/info")[1]["stats"]
+        info = _get(port, "/info")[1]
         return {"options": options, "seconds_to_ready": ready_s, "cells": cells,
-                "server_stats": stats}  # fmt: skip
+                "server_stats": info["stats"], "server_model": info["model"]}  # fmt: skip
     finally:
         process.terminate()
         process.wait(30)
@@ -258,14 +264,31 @@ def run_mode(args, name: str, sentences: list[str]) -> dict:
 def run_libretranslate(args, sentences: list[str]) -> dict:
     """The peer: LibreTranslate on the same checkpoint, the same cells."""
     with tempfile.TemporaryDirectory(prefix="aiayn-libretranslate-") as home:
-        process, port, shape = start_libretranslate(args.libretranslate, args.checkpoint,
-                                                    args.threads, Path(home))  # fmt: skip
+        process, port, shape = start_libretranslate(
+            args.libretranslate, args.checkpoint, args.threads, Path(home), compute_type(args)
+        )
         try:
             cells = run_cells(args, "libretranslate", sentences, process, port, shape)
         finally:
             process.terminate()
             process.wait(30)
-    return {"executable": args.libretranslate, "cells": cells}
+    return {"executable": args.libretranslate, "compute_type": compute_type(args), "cells": cells}
+
+
+def compute_type(args) -> str:
+    """The peer's CTranslate2 compute type: the weights aiayn's servers decode with."""
+    return "int8" if args.int8 else "float32"
+
+
+def model_size(checkpoint: str) -> dict:
+    """What names a checkpoint's model in the report: its size and parameters."""
+    from aiayn.checkpoint import Checkpoint
+
+    ckpt = Checkpoint(checkpoint)
+    c = ckpt.config.model
+    parameters = sum(p.numel() for p in ckpt.load().parameters())  # a tied matrix once
+    return {"d_model": c.d_model, "layers": c.n_layers, "heads": c.n_heads, "d_ff": c.d_ff,
+            "parameters": parameters}  # fmt: skip
 
 
 def main() -> None:
@@ -292,6 +315,9 @@ def main() -> None:
     parser.add_argument("--mixed", metavar="CHECKPOINT",
                         help="also a second model in the same server (another pair), under "
                         "mixed load with --checkpoint's (serve_mixed.py)")  # fmt: skip
+    parser.add_argument("--int8", action="store_true",
+                        help="int8 weights in every server: aiayn serve --int8, LibreTranslate "
+                        "with ARGOS_COMPUTE_TYPE int8")  # fmt: skip
     add_arguments(parser)
     args = parser.parse_args()
     given = None
@@ -303,7 +329,8 @@ def main() -> None:
         from serve_mixed import check_languages
 
         check_languages(args, pairs, given)
-    report = {"checkpoint": args.checkpoint, "seconds_per_cell": args.seconds,
+    report = {"checkpoint": args.checkpoint, "model": model_size(args.checkpoint),
+              "weights": compute_type(args), "seconds_per_cell": args.seconds,
               "load_average_at_start": list(os.getloadavg()),
               "max_requests_per_cell": args.max_requests, "server_threads": args.threads,
               "server_worker": args.worker, "server_compile": args.compile,
@@ -330,6 +357,12 @@ def summary(modes: dict, clients: int, peers: dict | None = None) -> dict:
         figures[f"{name}_p99_ms"] = cell["p99_ms"]
         figures[f"dynamic_vs_{name}_throughput"] = round(
             dyn["sentences_per_s"] / max(cell["sentences_per_s"], 1e-9), 2)
+        # latency with the fewest clients (the issue's: 1): aiayn's p50 / the peer's
+        alone = min(c["clients"] for c in peer["cells"])
+        mine = next(c for c in modes["dynamic"]["cells"] if c["clients"] == alone)
+        theirs = next(c for c in peer["cells"] if c["clients"] == alone)
+        figures[f"dynamic_vs_{name}_p50_at_{alone}_client"] = round(
+            mine["p50_ms"] / max(theirs["p50_ms"], 1e-9), 2)
     rss = [c[k] for c in modes["dynamic"]["cells"] for k in ("rss_mb_before", "rss_mb_after")]
     same = [c for c in modes["dynamic"]["cells"] if c["clients"] == clients]
     speedup = dyn["sentences_per_s"] / max(one["sentences_per_s"], 1e-9)

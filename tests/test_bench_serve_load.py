@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # LibreTranslate's command line and the two routes the benchmark uses, over argostranslate.
 STAND_IN = """#!{python}
-import argparse, json
+import argparse, json, os
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from argostranslate import translate
 
@@ -40,6 +40,8 @@ for flag in ("--disable-web-ui", "--disable-files-translation"):
     parser.add_argument(flag, action="store_true")
 args = parser.parse_args()
 source, target = args.load_only.split(",")
+if os.environ.get("STAND_IN_SAYS"):  # the compute type it was started with, for the test
+    open(os.environ["STAND_IN_SAYS"], "w").write(os.environ["ARGOS_COMPUTE_TYPE"])
 model = translate.get_translation_from_codes(source, target)
 
 class Handler(BaseHTTPRequestHandler):
@@ -88,11 +90,12 @@ def checkpoint(path: Path, source: str = "en", target: str = "de") -> Path:
     return save_checkpoint(path, Transformer(config.model), config, vocab, vocab, meta=meta)
 
 
-def run(ckpt: Path, *options: str) -> dict:
+def run(ckpt: Path, *options: str, env: dict | None = None) -> dict:
     command = [sys.executable, str(ROOT / "benchmarks" / "serve_load.py"), "--checkpoint",
                str(ckpt), "--clients", "1", "2", "--seconds", "2", "--max-requests", "3",
                "--threads", "1", "--compile", "never", "--no-save", *options]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, **(env or {})})  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
@@ -115,6 +118,22 @@ def test_serve_load_measures_both_modes_and_a_libretranslate_peer(tmp_path):
     assert summary["errors"] == 0 and summary["clients"] == 2
     assert summary["libretranslate_sentences_per_s"] > 0
     assert summary["dynamic_vs_libretranslate_throughput"] > 0
+    assert summary["dynamic_vs_libretranslate_p50_at_1_client"] > 0
+    assert report["weights"] == report["peers"]["libretranslate"]["compute_type"] == "float32"
+    assert report["model"]["d_model"] == tiny_model_config().d_model
+    assert report["model"]["parameters"] > 0
+
+
+def test_serve_load_int8_serves_int8_weights_in_aiayn_and_the_peer(tmp_path):
+    """--int8: `aiayn serve --int8` (its /info says so) beside LibreTranslate in CTranslate2's
+    int8 (the stand-in's environment has ARGOS_COMPUTE_TYPE int8)."""
+    says = tmp_path / "compute_type"
+    report = run(checkpoint(tmp_path / "ckpt"), "--int8", "--libretranslate",
+                 str(stand_in(tmp_path)), env={"STAND_IN_SAYS": str(says)})  # fmt: skip
+    assert report["weights"] == report["peers"]["libretranslate"]["compute_type"] == "int8"
+    assert all(mode["server_model"]["int8"] for mode in report["modes"].values())
+    assert says.read_text() == "int8"
+    assert report["summary"]["errors"] == 0
 
 
 def test_serve_load_mixed_runs_two_models_alone_and_together(tmp_path):

@@ -250,6 +250,12 @@ def test_serve_load_rows_are_its_summary():
     peer = {**summary, "libretranslate_p99_ms": 900.0, "dynamic_vs_libretranslate_throughput": 2.5}
     rows = dict(report.figures(_record("serve_load", "2026-01-01T00:00:00Z", {"summary": peer})))
     assert rows["32 clients: sentences/s, dynamic batching / libretranslate (same model)"] == "2.50"
+    peer["dynamic_vs_libretranslate_p50_at_1_client"] = 1.62
+    model = {"d_model": 512, "layers": 6, "heads": 8, "d_ff": 2048, "parameters": 45_120_000}
+    result = {"summary": peer, "model": model, "weights": "int8"}
+    rows = dict(report.figures(_record("serve_load", "2026-01-01T00:00:00Z", result)))
+    assert rows["p50 ms at 1 client, dynamic batching / libretranslate"] == "1.62"
+    assert rows["model served, weights"] == "d_model 512, 6 + 6 layers, 45.1 M parameters; int8"
 
 
 def test_serve_load_with_two_models_adds_the_mixed_rows():

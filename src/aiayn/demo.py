@@ -14,6 +14,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,18 +70,24 @@ class DemoResult:
     train_minutes: float
 
 
-def demo_config(data_dir: Path, out: Path, fast: bool = False, reference: bool = False) -> Config:
+def demo_config(
+    data_dir: Path, out: Path, fast: bool = False, reference: bool = False,
+    changes: Sequence[str] = (),
+) -> Config:  # fmt: skip
+    """The demo's config; `changes`: overrides applied last (e.g. another model size)."""
     overrides = [f"data.dir={data_dir}", f"train.out_dir={out / 'train'}"]
     overrides += DEMO_MODEL + DEMO_TRAIN + (FAST if fast else [])
     overrides += ["train.fast=false"] if reference else []
-    return apply_overrides(Config(), overrides)
+    return apply_overrides(Config(), [*overrides, *changes])
 
 
 def run_demo(
-    out: str | Path = "runs/demo", fast: bool = False, examples: int = 5, reference: bool = False
-) -> DemoResult:
+    out: str | Path = "runs/demo", fast: bool = False, examples: int = 5, reference: bool = False,
+    changes: Sequence[str] = (),
+) -> DemoResult:  # fmt: skip
     """Build the corpus, prepare, train, translate the test split and score it. `fast`: a
-    tiny run of seconds (for tests); `reference`: the core alone, without `aiayn.fast`."""
+    tiny run of seconds (for tests); `reference`: the core alone, without `aiayn.fast`;
+    `changes`: config overrides applied last (`demo_config`)."""
     out = _claim(Path(out))
     splits = demo_splits(**(FAST_SIZES if fast else DEMO_SIZES))
     say(f"[1/4] corpus: {len(splits.train)} train / {len(splits.valid)} valid / "
@@ -91,7 +98,7 @@ def run_demo(
     prepare(train=prefixes["train"], valid=prefixes["valid"], test=prefixes["test"],
             out=data_dir, options=options)  # fmt: skip
     say(f"[2/4] joint BPE vocabulary and binarized shards in {data_dir}")
-    config = demo_config(data_dir, out, fast, reference)
+    config = demo_config(data_dir, out, fast, reference, changes)
     checkpoint, minutes = train_and_average(config, out)
     say(f"[4/4] translating the test split with beam {config.decode.beam}, alpha {config.decode.alpha}")
     translator = Translator.from_checkpoint(checkpoint, reference=reference)
