@@ -15,16 +15,13 @@ aiayn runs in float32 and with int8 weights (`aiayn.fast.int8`). Its float32 sys
 CPU searches as a `Translator` does by default once the model's compiled decoder step is
 built (`aiayn.fast.compiled_step`, `--compile always`, the default): the benchmark builds it
 first ("compile_seconds", not counted in the timings; about 0 where the cache held it) and
-checks it like the rest; so does its int8 system, whose compiled step is weight-only int8
-(`aiayn.fast.int8.weight_only_int8`, "int8_compile_seconds"); `--compile never` times the
-eager fast path (`FastSearch`, int8 with torch's int8 products).
+checks it like the rest; `--compile never` times the eager fast path (`FastSearch`).
 
 What is the same in every system: the weights, the sources and their batches, beam 4 with
 alpha 0.6, the forced output length, the threads. What is not: each library's own kernels
 and search code; MarianMT's LayerNorm epsilon (1e-5, where the others use the model's 1e-6:
 it cannot be set), and the int8 schemes. aiayn's int8 is torch's dynamic quantization (int8
-weights with a scale per output row, inputs quantized per call) eagerly, and the same int8
-weights with float inputs in its compiled step. The int8 CTranslate2 model
+weights with a scale per output row, inputs quantized per call). The int8 CTranslate2 model
 runs with each CPU `compute_type` of its int8 family that
 `ctranslate2.get_supported_compute_types("cpu")` lists: `int8` (int8 products, the other layers
 in the device's default float type, float32 on a CPU), `int8_float32` and, where the CPU has bfloat16, `int8_bfloat16`
@@ -142,14 +139,13 @@ def aiayn_search(name: str, model: Transformer, built: dict[str, Search] | None 
     return FastSearch(model, int8=name == "aiayn_int8")
 
 
-def compiled_search(model: Transformer, int8: bool = False) -> tuple[Transformer, StepSearch | None, float]:
-    """`fast.for_inference(model, int8=int8)` with the compiled step built now (or loaded
-    from the cache): the model, the compiled step's search (None where it cannot be built
-    here), and the seconds that took. An int8 model's step is its weight-only int8 copy's."""
+def compiled_search(model: Transformer) -> tuple[StepSearch | None, float]:
+    """The compiled step's search over `model` (its step built now, or loaded from the
+    cache), and the seconds that took; None where it cannot be built here."""
     start = time.perf_counter()
-    model, search = fast.for_inference(model, int8=int8, compile="always")
+    search = fast.for_inference(model, compile="always").search
     seconds = round(time.perf_counter() - start, 1)
-    return model, search if isinstance(search, StepSearch) else None, seconds
+    return (search, seconds) if isinstance(search, StepSearch) else (None, seconds)
 
 
 @torch.no_grad()
@@ -404,15 +400,10 @@ def main() -> None:
     batches = [[sents[i] for i in g] for g in groups(sents, args.max_tokens, args.batch_size)]
     with tempfile.TemporaryDirectory() as tmp:
         systems, names = build_systems(config, args.device, args.dtype, tmp)
-        built, compile_seconds = {}, {}
-        if args.compile == "always":  # the float system's step, and the int8 one's
-            float_model = copy.deepcopy(systems["aiayn_reference"])  # the core, same weights
-            for name, int8 in ((f"aiayn_{args.dtype}", False), ("aiayn_int8", True)):
-                if systems.get(name) is None or (int8 and args.dtype != "float32"):
-                    continue  # int8 is quantized from float32 weights
-                model, search, compile_seconds[name] = compiled_search(copy.deepcopy(float_model), int8)
-                if search is not None:
-                    systems[name], built[name] = model, search
+        built, compile_seconds = {}, None
+        if args.compile == "always":
+            search, compile_seconds = compiled_search(systems[f"aiayn_{args.dtype}"])
+            built = {f"aiayn_{args.dtype}": search} if search is not None else {}
         agree = agreement(systems, sents[:CHECK_SENTENCES], args.out_len, args.device, names,
                           built)  # fmt: skip
         live = {name: model for name, model in systems.items() if model is not None}
@@ -441,11 +432,8 @@ def main() -> None:
     ratios["ctranslate2_int8_best"] = best
     best_ratio = best and ratio(seconds, "aiayn_int8", best)
     ratios["speed_ratio_aiayn_over_ctranslate2_int8_best"] = best_ratio
-    search = {"aiayn_search": "compiled decoder step" if ours in built else "eager fast path",
-              "aiayn_int8_search": "compiled decoder step (weight-only int8)"
-              if "aiayn_int8" in built else "eager fast path (int8 products)",
-              "compile_seconds": compile_seconds.get(ours),
-              "int8_compile_seconds": compile_seconds.get("aiayn_int8")}  # fmt: skip
+    search = {"aiayn_search": "compiled decoder step" if built else "eager fast path",
+              "compile_seconds": compile_seconds}  # fmt: skip
     report(args, config, len(batches), {**search, **results, **ratios}, agree)
 
 

@@ -10,7 +10,7 @@ from torch import nn
 from aiayn.cli import main
 from aiayn.errors import ConfigError
 from aiayn.fast.linear import OneDnnLinear as Linear
-from aiayn.fast.int8 import Int8Linear, WeightInt8Linear, int8_engine, weight_only_int8
+from aiayn.fast.int8 import Int8Linear, int8_engine
 from aiayn.fast.kv_cache import SharedKVCache
 from aiayn.translate import Translator
 from tiny_checkpoint import save_tiny_checkpoint
@@ -156,38 +156,6 @@ def test_packed_weights_are_pytorchs_dynamic_quantization(cls, bias):
     with torch.no_grad():
         assert torch.equal(ours(x), reference(x))
         assert not torch.equal(ours(x), linear(x))  # int8, not the float product
-
-
-@pytest.mark.parametrize("bias", [True, False])
-def test_weight_only_int8_holds_the_packed_int8_weights_and_keeps_its_input_in_float(bias):
-    """`WeightInt8Linear` (the compiled step's int8) holds the int8 values and scales
-    `Int8Linear.pack` packs, and computes the float product with those rounded weights:
-    its input is not rounded to 8 bits."""
-    gen = torch.Generator().manual_seed(0)
-    linear = Linear(64, 48, bias=bias)
-    x = torch.randn(5, 7, 64, generator=gen)  # (batch, len, in)
-    woq = WeightInt8Linear.from_linear(linear)
-    packed = Int8Linear.pack(linear.weight, linear.bias, reduce_range=True)
-    unpacked = torch.ops.quantized.linear_unpack(packed.packed)[0]  # per-channel qint8
-    assert woq.weight.dtype == torch.int8 and torch.equal(woq.weight, unpacked.int_repr())
-    assert torch.equal(woq.scale, unpacked.q_per_channel_scales().float())
-    rounded = woq.weight.float() * woq.scale[:, None]  # (out, in) the weights it multiplies by
-    with torch.no_grad():
-        expected = nn.functional.linear(x, rounded, linear.bias)
-        assert torch.allclose(woq(x), expected, rtol=1e-5, atol=1e-5)
-        assert not torch.allclose(woq(x), linear(x), rtol=1e-5, atol=1e-5)  # int8 weights
-        # nearer float32 than the 8-bit input rounding of `Int8Linear`
-        assert (woq(x) - linear(x)).abs().mean() < (packed(x) - linear(x)).abs().mean()
-
-
-def test_the_weight_only_copy_leaves_the_model_and_its_embeddings_float(ckpt):
-    model = Translator.from_checkpoint(ckpt).model
-    copy = weight_only_int8(model)
-    assert all(isinstance(m, nn.Linear) for m in (model.out_proj, model.decoder[0].ffn.w_1))
-    kinds = {type(m) for m in copy.modules() if "Linear" in type(m).__name__}
-    assert kinds == {WeightInt8Linear}  # the tied projection too
-    assert copy.tgt_embed.weight.dtype == torch.float32
-    assert torch.equal(copy.tgt_embed.weight, model.tgt_embed.weight)
 
 
 @pytest.mark.parametrize("tied", [True, False])

@@ -17,7 +17,7 @@ from aiayn.config import DecodeConfig
 from aiayn.decode.search import search as core_search
 from aiayn.fast import compiled_step as compiled_module
 from aiayn.fast.compiled_step import artifact_path, can_compile, load_compiled
-from aiayn.fast.int8 import quantize_int8, weight_only_int8
+from aiayn.fast.int8 import quantize_int8
 from aiayn.fast.search import FastSearch
 from aiayn.fast.static_beam import BeamStep, StepBeam
 from aiayn.fast.static_search import StepSearch
@@ -135,28 +135,6 @@ def test_the_step_returns_this_positions_keys_and_reads_the_earlier_ones():
     assert not torch.equal(second, other)
 
 
-def _rounded(model: Transformer) -> Transformer:
-    """A float copy of `model` whose linear maps carry `weight_only_int8`'s rounded weights
-    (the projection untied from the embedding, which stays float): what the weight-only int8
-    step computes."""
-    woq, rounded = weight_only_int8(model), copy.deepcopy(model)
-    for (name, module), (_, q) in zip(rounded.named_modules(), woq.named_modules()):
-        if isinstance(module, torch.nn.Linear):
-            module.weight = torch.nn.Parameter(q.weight.float() * q.scale[:, None])
-    return rounded
-
-
-@pytest.mark.parametrize("kind", ["paper", "biases, untied, gelu"])
-def test_the_weight_only_int8_step_finds_the_hypotheses_of_its_rounded_weights(kind):
-    """The step over `weight_only_int8(model)` (eagerly) is the core over float weights
-    rounded to int8: the same hypotheses, scores within float32's summing order."""
-    model = _model(**KINDS[kind])
-    woq = weight_only_int8(model)
-    assert supports(woq) and can_compile(woq)
-    config = DecodeConfig(beam=4, nbest=2, max_len_offset=6)
-    _same(StepSearch(woq)(SOURCES, config), core_search(_rounded(model), SOURCES, config))
-
-
 def test_models_the_step_does_not_compute_keep_the_other_searches():
     assert not supports(_model(attention_window=2))
     with pytest.raises(ValueError, match="window"):
@@ -243,22 +221,3 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     again = fast.for_inference(copy.deepcopy(core)).search  # "auto": from the cache
     assert isinstance(again, StepSearch)
     _same(again(SOURCES, config), core_search(core, SOURCES, config))
-
-
-@pytest.mark.slow
-def test_an_int8_model_compiles_its_weight_only_int8_step(tmp_path, monkeypatch):
-    """One build: `--int8` with the compiled step decodes through the weight-only int8
-    copy, compiled (its own artifact, not the float model's), and finds the hypotheses of the
-    eager weight-only step; the returned model keeps `Int8Linear`'s packed products."""
-    core = _model(seed=1, vocab_size=40)
-    monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
-    model, search = fast.for_inference(copy.deepcopy(core), int8=True, compile="always")
-    assert isinstance(search, StepSearch) and search.kind == "compiled decoder step"
-    assert not supports(model)  # Int8Linear: attention maps and scores
-    woq = weight_only_int8(fast.apply(copy.deepcopy(core)))
-    assert artifact_path(woq).is_dir() and artifact_path(woq) != artifact_path(core)
-    config = DecodeConfig(beam=4, nbest=2, max_len_offset=6)
-    _same(search(SOURCES, config), StepSearch(woq)(SOURCES, config))
-    _same(search(SOURCES, config), core_search(_rounded(core), SOURCES, config))
-    eager = fast.for_inference(copy.deepcopy(core), int8=True, compile="never").search
-    assert isinstance(eager, FastSearch)

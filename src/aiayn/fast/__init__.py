@@ -18,8 +18,7 @@ the same parameters and tested equal to it (tests/fast/). The core (`model/`, `l
 | `decode.strategy.BeamStrategy.step` | `static_beam.BeamStep`, in `StepBeam` | beam search's bookkeeping as one function of fixed shapes, compiled beside the step |
 | `RealTokenLoss` (sec. 5.4) | `loss.ChunkedRealTokenLoss` | no (tokens, vocab) logits; the GPU attention kernel |
 
-With `int8`, `int8.quantize_int8` gives every linear map int8 weights (CPU decoding; the
-compiled step, `int8.weight_only_int8`'s);
+With `int8`, `int8.quantize_int8` gives every linear map int8 weights (CPU decoding);
 with `long_lived` (a server), `linear.warm_up` builds every oneDNN kernel up front.
 `compile` says when the search runs the compiled decoder step (float32 CPU models): see
 `for_inference`; without it, `FastSearch` over the fast pieces.
@@ -44,7 +43,7 @@ from aiayn.fast.attention import GroupedAttention
 from aiayn.fast.compiled_step import load_compiled
 from aiayn.fast.dropout import CompactDropout, FastResidual
 from aiayn.fast.feedforward import FusedFeedForward
-from aiayn.fast.int8 import quantize_int8, weight_only_int8
+from aiayn.fast.int8 import quantize_int8
 from aiayn.fast.linear import OneDnnLinear, shared_choice, warm_up
 from aiayn.fast.loss import ChunkedRealTokenLoss
 from aiayn.fast.search import FastSearch
@@ -87,12 +86,8 @@ def for_inference(
     and a long-lived process builds it now if not (a server does while it warms up, before
     it says ready); "always" builds it now if missing (tens of seconds, once: later runs load
     it); "never" keeps the eager search. A one-off run does not build by default, so that a
-    one-line translation is never slower than without it. Where `compiled_step.can_compile`
-    says no, the search is `FastSearch`. An int8 model's compiled step is weight-only int8
-    (`int8.weight_only_int8`: the same int8 weights, its inputs not rounded to 8 bits), so
-    its translations are the nearer to float32's; without the compiled step it decodes with
-    `Int8Linear`'s int8 products. Attention maps and teacher-forced scores come from the
-    returned model (`Int8Linear`) either way."""
+    one-line translation is never slower than without it. Not for int8 models or where
+    `compiled_step.can_compile` says no: those keep `FastSearch`."""
     if compile not in COMPILE:
         raise ValueError(f"compile must be one of {', '.join(COMPILE)}, got {compile!r}")
     if int8:
@@ -103,17 +98,14 @@ def for_inference(
     for module in model.modules():
         if isinstance(module, OneDnnLinear):
             module.choice = choice
-    stepped = model  # what the compiled step computes: the model, or its weight-only int8 copy
-    if int8 and compile != "never":
-        stepped = weight_only_int8(model)  # from the float weights, before they are packed
     if int8:
         quantize_int8(model)
     if long_lived:
         warm_up(model)
     compiled = None
-    if compile != "never":
-        compiled = load_compiled(stepped, build=compile == "always" or long_lived)
-    search = FastSearch(model, int8) if compiled is None else StepSearch(stepped, compiled)
+    if compile != "never" and not int8:
+        compiled = load_compiled(model, build=compile == "always" or long_lived)
+    search = FastSearch(model, int8) if compiled is None else StepSearch(model, compiled)
     return Inference(model, search)
 
 

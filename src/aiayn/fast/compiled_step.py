@@ -17,9 +17,7 @@ call. The rows, sentences, source length (2 to `max_len` tokens: a source holds 
 its eos) and decoded positions are dynamic dimensions, so one library serves every batch a
 search meets; so are the beam's width, the n-best and the output length in `BeamStep`. Inductor's own C++ matrix products are tried
 against ATen's at build time (`max_autotune`) and the faster kept per shape; the weights
-are folded in as constants (`freezing`), packed once for those products. An int8 model's
-step is built from its weight-only int8 copy (`int8.weight_only_int8`): its int8 weights
-are the constants, read by Inductor's weight-only int8 product.
+are folded in as constants (`freezing`), packed once for those products.
 
 The artifact, a directory of the three packages, is keyed by everything that makes it valid:
 the weights and config (a hash of them), the dtype, the machine (`linear.machine_digest`:
@@ -85,10 +83,10 @@ def load_compiled(model, build: bool = False, cache: Path | None = None) -> Comp
 
 def can_compile(model) -> bool:
     """Whether this step compiles here: a model `DecoderStep` supports, float32 on the CPU
-    (AOTInductor's C++ backend; its linear maps float32 or weight-only int8), in eval mode."""
+    (AOTInductor's C++ backend), in eval mode."""
     if not supports(model):
         return False
-    weight = model.tgt_embed.weight  # float in both kinds (int8's projection is not)
+    weight = model.output_weight
     return weight.device.type == "cpu" and weight.dtype == torch.float32 and not model.training
 
 
@@ -161,7 +159,7 @@ def _step_program(model) -> torch.export.ExportedProgram:
     # An example of 2 sentences x 2 rows, lengths 3 and 5: no dimension of size 0 or 1,
     # which the exporter would take for a constant.
     rows, sentences, earlier, src_len = 4, 2, 3, 5
-    like = dict(dtype=model.tgt_embed.weight.dtype)
+    like = dict(dtype=model.output_weight.dtype)
     example = (
         torch.full((rows,), c.eos_id, dtype=torch.long), torch.zeros(c.d_model, **like),
         torch.zeros(earlier, layers, rows, heads, d_k, **like),

@@ -10,6 +10,12 @@ embedding stays for the lookups beside the projection's int8 copy. Embedding loo
 LayerNorm, softmax and attention stay float32; where the CPU multiplies bfloat16 natively
 the search keeps the encoder-decoder keys and values in bfloat16 (`cross_store_dtype`).
 
+The compiled decoder step (`compiled_step`) does not take int8 models: they decode with
+these products eagerly. A weight-only int8 step (the same int8 weights, converted inside
+Inductor's products) was built and measured slower than these products on a base-sized
+model, one sentence at a time and batched (`benchmarks/translate_speed.py`; its results
+in `benchmarks/results/`).
+
 The weights are quantized as `torch.ao.quantization.quantize_dynamic` with PyTorch's
 per-channel dynamic qconfig would (a test holds them equal). `torch.ao.quantization` is
 deprecated in favour of torchao (not a dependency) but works; its warnings are silenced.
@@ -18,10 +24,8 @@ deprecated in favour of torchao (not a dependency) but works; its warnings are s
 from __future__ import annotations
 
 import warnings
-from copy import deepcopy
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from aiayn.device import check_int8, native_bf16
@@ -75,69 +79,21 @@ class Int8Linear(nn.Module):
         Symmetric int8 with one scale per output row, max |w| of the row / 127.5: PyTorch's
         per-channel dynamic qconfig, whose observer computes it.
         """
+        from torch.ao.quantization import per_channel_dynamic_qconfig
+
+        weight = weight.detach().float()  # (out, in)
         b = None if bias is None else bias.detach().float()
-        return cls(torch.ops.quantized.linear_prepack(int8_rows(weight), b), reduce_range)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*deprecated", category=DeprecationWarning)
+            warnings.filterwarnings("ignore", message=".*deprecated", category=UserWarning)
+            observer = per_channel_dynamic_qconfig.weight()
+            observer(weight)
+            scale, zero_point = observer.calculate_qparams()  # (out,) each; zero points 0
+            q = torch.quantize_per_channel(weight, scale.double(), zero_point.long(), 0, torch.qint8)
+            return cls(torch.ops.quantized.linear_prepack(q, b), reduce_range)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic(x, self.packed, reduce_range=self.reduce_range)
-
-
-def int8_rows(weight: torch.Tensor) -> torch.Tensor:
-    """weight (out, in) as a per-channel quantized int8 tensor: symmetric, one scale per
-    output row, max |w| of the row / 127.5, as PyTorch's per-channel dynamic qconfig's
-    observer computes it. Both int8 forms (`Int8Linear`, `WeightInt8Linear`) hold these."""
-    from torch.ao.quantization import per_channel_dynamic_qconfig
-
-    weight = weight.detach().float()  # (out, in)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*deprecated", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", message=".*deprecated", category=UserWarning)
-        observer = per_channel_dynamic_qconfig.weight()
-        observer(weight)
-        scale, zero_point = observer.calculate_qparams()  # (out,) each; zero points 0
-        return torch.quantize_per_channel(weight, scale.double(), zero_point.long(), 0, torch.qint8)
-
-
-class WeightInt8Linear(nn.Module):
-    """x W^T + b with W kept in int8 (`int8_rows`: a scale per output row) and x in float32:
-    weight-only int8, (..., in) -> (..., out), for the compiled decoder step.
-
-    Written as `F.linear(x, W_int8.float()) * scale + b`, which the step's compiler
-    (Inductor, `compiled_step`) turns into one product that reads the int8 weights and
-    scales its sums: a quarter of float32's weight traffic, the arithmetic float32's. Eagerly
-    it converts W at every call (a reference for tests, not a fast path). Unlike `Int8Linear`
-    its input is not rounded to 8 bits, so it is the closer of the two to float32; the
-    weights are the same int8 values.
-    """
-
-    def __init__(self, weight: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> None:
-        super().__init__()
-        self.register_buffer("weight", weight)  # (out, in) int8
-        self.register_buffer("scale", scale)  # (out,) float32
-        self.register_buffer("bias", bias)  # (out,) float32, or None
-
-    @classmethod
-    def from_linear(cls, linear: nn.Linear) -> WeightInt8Linear:
-        q = int8_rows(linear.weight)
-        bias = None if linear.bias is None else linear.bias.detach().float().clone()
-        return cls(q.int_repr(), q.q_per_channel_scales().float(), bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.linear(x, self.weight.to(x.dtype)) * self.scale  # (..., out)
-        return out if self.bias is None else out + self.bias
-
-
-def weight_only_int8(model: Transformer) -> Transformer:
-    """A copy of `model` (float32, CPU) with every linear map a `WeightInt8Linear`, the tied
-    pre-softmax projection included (the embedding stays float32 for its lookups), in eval
-    mode: what `compiled_step` compiles for an int8 model."""
-    weight = model.output_weight
-    check_int8(weight.device, weight.dtype)
-    copy = deepcopy(model).eval()
-    for name, module in list(copy.named_modules()):
-        if isinstance(module, nn.Linear):
-            copy.set_submodule(name, WeightInt8Linear.from_linear(module))
-    return copy
 
 
 def int8_engine() -> str:
