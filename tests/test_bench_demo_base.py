@@ -35,5 +35,5 @@ def test_the_base_changes_are_table_3s_base_network():
 
     config = demo_config(Path("data"), Path("out"), changes=demo_base.BASE)
     m = config.model
-    assert (m.d_model, m.n_heads, m.d_ff, m.n_layers) == (512, 8, 2048, 6)
+    assert (m.d_model, m.n_heads, m.d_ff, m.n_layers, m.norm) == (512, 8, 2048, 6, "pre")
     assert config.train.max_steps == demo_base.BASE_STEPS
