@@ -33,7 +33,7 @@ throughput ratios, the lighter model's p99, resident memory of one model and of 
 With `--int8`, every server decodes with int8 weights: `aiayn serve --int8`, and
 LibreTranslate with ARGOS_COMPUTE_TYPE int8 (CTranslate2's int8). The report names the
 model's size (d_model, layers, parameters), so that results of two models are told apart
-(`base_demo.py` trains a base-sized one for this).
+(`demo_base.py` trains a base-sized one for this).
 
 Prints one JSON object and writes it under benchmarks/results/ (`results.emit`). Loopback
 only; every loop is bounded in requests and time.
@@ -281,14 +281,14 @@ def compute_type(args) -> str:
 
 
 def model_size(checkpoint: str) -> dict:
-    """What names a checkpoint's model in the report: its size and parameters."""
+    """What names a checkpoint's model in the report: its size and parameters (counted
+    from its config, as the server's /info counts them)."""
     from aiayn.checkpoint import Checkpoint
+    from aiayn.model.transformer import parameter_count
 
-    ckpt = Checkpoint(checkpoint)
-    c = ckpt.config.model
-    parameters = sum(p.numel() for p in ckpt.load().parameters())  # a tied matrix once
+    c = Checkpoint(checkpoint).config.model
     return {"d_model": c.d_model, "layers": c.n_layers, "heads": c.n_heads, "d_ff": c.d_ff,
-            "parameters": parameters}  # fmt: skip
+            "parameters": parameter_count(c)}  # fmt: skip
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ import torch
 
 from aiayn.checkpoint import save_checkpoint
 from aiayn.config import Config, DecodeConfig
-from aiayn.model.transformer import Transformer
+from aiayn.model.transformer import Transformer, parameter_count
 from aiayn.serve.service import ServeConfig
 from conftest import tiny_model_config
 from tiny_checkpoint import tiny_vocab
@@ -121,7 +121,7 @@ def test_serve_load_measures_both_modes_and_a_libretranslate_peer(tmp_path):
     assert summary["dynamic_vs_libretranslate_p50_at_1_client"] > 0
     assert report["weights"] == report["peers"]["libretranslate"]["compute_type"] == "float32"
     assert report["model"]["d_model"] == tiny_model_config().d_model
-    assert report["model"]["parameters"] > 0
+    assert report["model"]["parameters"] == parameter_count(tiny_model_config(vocab_size=tiny_vocab().size))
 
 
 def test_serve_load_int8_serves_int8_weights_in_aiayn_and_the_peer(tmp_path):
