@@ -18,13 +18,19 @@ TINY = ["model.d_model=32", "model.n_heads=2", "model.d_ff=64", "model.n_layers=
         "train.warmup=2"]  # fmt: skip
 
 
+def run_fast(script, tmp_path: Path, monkeypatch) -> tuple[Path, dict]:
+    """`script.main()` (a demo benchmark's module) with `--fast`, its run and result under
+    `tmp_path`; -> the one result file and its record."""
+    argv = ["--fast", "--out", str(tmp_path / "demo"), "--results-dir", str(tmp_path / "res")]
+    monkeypatch.setattr(sys, "argv", [script.__file__, *argv])
+    script.main()
+    [path] = (tmp_path / "res").iterdir()
+    return path, json.loads(path.read_text())
+
+
 def test_demo_result_records_bleu_and_model(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("aiayn.demo.FAST", TINY)
-    argv = ["--fast", "--out", str(tmp_path / "demo"), "--results-dir", str(tmp_path / "res")]
-    monkeypatch.setattr(sys, "argv", ["benchmarks/demo.py", *argv])
-    demo.main()
-    [path] = (tmp_path / "res").iterdir()
-    record = json.loads(path.read_text())
+    path, record = run_fast(demo, tmp_path, monkeypatch)
     result = record["result"]
     assert path.name.startswith("demo_") and record["meta"]["script"] == "demo"
     assert 0.0 <= result["bleu"] <= 100.0 and "nrefs:1" in result["signature"]

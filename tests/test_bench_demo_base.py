@@ -1,7 +1,6 @@
 """`benchmarks/demo_base.py`: the demo's pipeline with another network, its length ratio
 recorded beside BLEU."""
 
-import json
 import sys
 from pathlib import Path
 
@@ -10,18 +9,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import demo_base  # noqa: E402
 import report  # noqa: E402
-from test_bench_demo import TINY  # noqa: E402
+from test_bench_demo import TINY, run_fast  # noqa: E402
 
 torch.set_num_threads(1)
 
 
 def test_base_demo_applies_its_changes_and_records_the_length_ratio(tmp_path, monkeypatch):
     monkeypatch.setattr("aiayn.demo.FAST", TINY)  # seconds; the changes then apply on top
-    argv = ["--fast", "--out", str(tmp_path / "base"), "--results-dir", str(tmp_path / "res")]
-    monkeypatch.setattr(sys, "argv", ["benchmarks/demo_base.py", *argv])
-    demo_base.main()
-    [path] = (tmp_path / "res").iterdir()
-    record = json.loads(path.read_text())
+    _, record = run_fast(demo_base, tmp_path, monkeypatch)
     result = record["result"]
     assert record["meta"]["script"] == "demo_base" and result["benchmark"] == "demo_base"
     assert result["model"]["n_layers"] == 2 and result["model"]["d_model"] == 32  # changes on TINY

@@ -1,6 +1,5 @@
 """`benchmarks/parse_demo.py`: the parse demo's strict and EVALB F1 are written as a result file."""
 
-import json
 import sys
 from pathlib import Path
 
@@ -8,6 +7,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import parse_demo  # noqa: E402
+from test_bench_demo import run_fast  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -21,11 +21,7 @@ TINY = ["model.d_model=32", "model.n_heads=2", "model.d_ff=64", "model.n_layers=
 def test_parse_demo_result_records_strict_and_evalb_f1(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("aiayn.parsing.demo.FAST", TINY)
     monkeypatch.setattr("aiayn.parsing.demo.FAST_SIZES", dict(n_train=600, n_valid=10, n_test=12))
-    argv = ["--fast", "--out", str(tmp_path / "demo"), "--results-dir", str(tmp_path / "res")]
-    monkeypatch.setattr(sys, "argv", ["benchmarks/parse_demo.py", *argv])
-    parse_demo.main()
-    [path] = (tmp_path / "res").iterdir()
-    record = json.loads(path.read_text())
+    path, record = run_fast(parse_demo, tmp_path, monkeypatch)
     result = record["result"]
     assert path.name.startswith("parse_demo_") and record["meta"]["script"] == "parse_demo"
     assert result["evalb"]["sentences"] == 12 and "12 trees" in result["test_set"]
