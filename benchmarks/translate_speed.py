@@ -15,7 +15,9 @@ aiayn runs in float32 and with int8 weights (`aiayn.fast.int8`). Its float32 sys
 CPU searches as a `Translator` does by default once the model's compiled decoder step is
 built (`aiayn.fast.compiled_step`, `--compile always`, the default): the benchmark builds it
 first ("compile_seconds", not counted in the timings; about 0 where the cache held it) and
-checks it like the rest; `--compile never` times the eager fast path (`FastSearch`).
+checks it like the rest; `--compile never` times the eager fast path (`FastSearch`). The
+row counts from which the compiled step's wide libraries serve, as their build measured,
+are in "compiled_wide_from_rows".
 
 What is the same in every system: the weights, the sources and their batches, beam 4 with
 alpha 0.6, the forced output length, the threads. What is not: each library's own kernels
@@ -146,6 +148,14 @@ def compiled_search(model: Transformer) -> tuple[StepSearch | None, float]:
     search = fast.for_inference(model, compile="always").search
     seconds = round(time.perf_counter() - start, 1)
     return (search, seconds) if isinstance(search, StepSearch) else (None, seconds)
+
+
+def wide_from_rows(built: dict[str, StepSearch]) -> dict | None:
+    """The compiled step's and source keys' row counts from which their wide library runs
+    (`compiled_step.ByRows`; None: never), as measured when they were built."""
+    for search in built.values():
+        return {"step": search.step.wide_from, "source": search.source.wide_from}
+    return None
 
 
 @torch.no_grad()
@@ -433,7 +443,7 @@ def main() -> None:
     best_ratio = best and ratio(seconds, "aiayn_int8", best)
     ratios["speed_ratio_aiayn_over_ctranslate2_int8_best"] = best_ratio
     search = {"aiayn_search": "compiled decoder step" if built else "eager fast path",
-              "compile_seconds": compile_seconds}  # fmt: skip
+              "compile_seconds": compile_seconds, "compiled_wide_from_rows": wide_from_rows(built)}  # fmt: skip
     report(args, config, len(batches), {**search, **results, **ratios}, agree)
 
 

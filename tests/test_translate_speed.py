@@ -5,6 +5,7 @@ does not stops the script before anything is timed."""
 import copy
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from aiayn.config import ModelConfig  # noqa: E402
 from aiayn.data.vocab import EOS_ID  # noqa: E402
 from aiayn.model.transformer import Transformer  # noqa: E402
 from aiayn import fast  # noqa: E402
+from aiayn.fast.compiled_step import ByRows  # noqa: E402
 
 
 def tiny_model() -> Transformer:
@@ -135,3 +137,9 @@ def test_latency_mode_refuses_a_batch_size(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["translate_speed.py", "--latency", "--batch-size", "8"])
     with pytest.raises(SystemExit):
         translate_speed.parse_args()
+
+
+def test_the_result_names_the_rows_from_which_the_wide_libraries_serve():
+    search = SimpleNamespace(step=ByRows(None, None, 64, rows=len), source=ByRows(None, None, None, rows=len))
+    assert translate_speed.wide_from_rows({"aiayn_float32": search}) == {"step": 64, "source": None}
+    assert translate_speed.wide_from_rows({}) is None  # the eager fast path: nothing built

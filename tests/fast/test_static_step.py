@@ -7,6 +7,8 @@ strategy's, and the compiled search's translations equal to the core's in float3
 from __future__ import annotations
 
 import copy
+import json
+import time
 import warnings
 
 import pytest
@@ -16,7 +18,10 @@ from aiayn import fast
 from aiayn.config import DecodeConfig
 from aiayn.decode.search import search as core_search
 from aiayn.fast import compiled_step as compiled_module
-from aiayn.fast.compiled_step import artifact_path, can_compile, load_compiled
+from aiayn.fast.compiled_step import (
+    SOURCE_SENTENCES, STEP_ROWS, ByRows, artifact_path, can_compile, crossover, load_compiled,
+    wide_from,
+)
 from aiayn.fast.int8 import quantize_int8
 from aiayn.fast.search import FastSearch
 from aiayn.fast.static_beam import BeamStep, StepBeam
@@ -161,6 +166,32 @@ def test_the_artifact_is_keyed_by_the_weights_and_the_config(tmp_path):
     assert artifact_path(_model(ln_eps=1e-5), tmp_path) != path  # same weights, other config
 
 
+def test_the_wide_library_serves_from_the_fewest_rows_at_which_it_won_every_wider_timing():
+    assert wide_from({1: (1.0, 2.0), 4: (2.0, 1.5), 16: (3.0, 1.0)}) == 4
+    assert wide_from({1: (1.0, 0.5), 4: (2.0, 2.5), 16: (3.0, 1.0)}) == 16  # a win below a loss
+    assert wide_from({1: (0.5, 1.0), 4: (1.0, 2.0)}) is None
+    assert wide_from({1: (2.0, 1.0), 4: (2.0, 1.0)}) == 1
+
+
+def test_calls_go_to_the_library_for_their_row_count():
+    calls = []
+    by_rows = ByRows(lambda *x: calls.append("narrow"), lambda *x: calls.append("wide"), 8,
+                     rows=lambda tokens: tokens.size(0))  # fmt: skip
+    for rows in (1, 7, 8, 30):
+        by_rows(torch.zeros(rows))
+    assert calls == ["narrow", "narrow", "wide", "wide"]
+    never = ByRows(lambda *x: "narrow", lambda *x: "wide", None, rows=lambda tokens: tokens.size(0))
+    assert never(torch.zeros(1000)) == "narrow"
+
+
+def test_crossover_times_both_libraries_at_each_width():
+    narrow = lambda x: time.sleep(1e-3 * x.size(0))  # noqa: E731
+    wide = lambda x: time.sleep(2e-3 + 1e-4 * x.size(0))  # noqa: E731
+    found = crossover(narrow, wide, [(rows, (torch.zeros(rows),)) for rows in (1, 4, 16)])
+    assert found["wide_from"] == 4
+    assert found["ms"][1][0] < found["ms"][1][1] and found["ms"][16][0] > found["ms"][16][1]
+
+
 def test_without_a_cached_step_nothing_is_built_unless_asked(tmp_path, monkeypatch):
     def refuse(model, path):
         raise AssertionError("built")
@@ -198,7 +229,13 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     model, search = fast.for_inference(copy.deepcopy(core), compile="always")
     assert isinstance(search, StepSearch) and search.step is not search.shape
     assert search.kind == "compiled decoder step" and StepSearch(model).kind == "decoder step"
-    assert sorted(p.name for p in artifact_path(model).iterdir()) == ["beam.pt2", "source.pt2", "step.pt2"]
+    built = ["beam.pt2", "rows.json", "source-wide.pt2", "source.pt2", "step-wide.pt2", "step.pt2"]
+    assert sorted(p.name for p in artifact_path(model).iterdir()) == built
+    rows = json.loads((artifact_path(model) / "rows.json").read_text())
+    for name, widths in (("step", STEP_ROWS), ("source", [n * 16 for n in SOURCE_SENTENCES])):
+        assert [int(w) for w in rows[name]["ms"]] == list(widths)  # both timed at each width
+        assert all(t > 0 for pair in rows[name]["ms"].values() for t in pair)
+        assert search.step.wide_from == rows["step"]["wide_from"]
     assert search.beam is not None and not isinstance(search.beam, BeamStep)  # the compiled one
     assert [p.name for p in artifact_path(model).parent.iterdir()] == [artifact_path(model).name]
     config = DecodeConfig(beam=4, nbest=2, max_len_offset=6)
@@ -208,6 +245,9 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
         _same(search(one, config), core_search(core, one, config))
     greedy = DecodeConfig(beam=1, max_len_offset=6)
     _same(search(SOURCES, greedy), core_search(core, SOURCES, greedy))
+    for wide_from in (1, None):  # every call through the wide libraries, then the narrow ones
+        search.step.wide_from = search.source.wide_from = wide_from
+        _same(search(SOURCES, config), core_search(core, SOURCES, config))
     eager = StepSearch(model, beam=BeamStep(model.config.eos_id))
     compiled_beam = StepSearch(model, beam=search.beam)  # the eager decoder step, both
     for other in BEAMS.values():  # other beams, n-bests and limits: the same library

@@ -15,9 +15,17 @@ is a file, so a later process loads it in milliseconds instead of compiling agai
 `torch.compile` would do the same work in each new process, and check its guards at every
 call. The rows, sentences, source length (2 to `max_len` tokens: a source holds a token and
 its eos) and decoded positions are dynamic dimensions, so one library serves every batch a
-search meets; so are the beam's width, the n-best and the output length in `BeamStep`. Inductor's own C++ matrix products are tried
-against ATen's at build time (`max_autotune`) and the faster kept per shape; the weights
-are folded in as constants (`freezing`), packed once for those products.
+search meets; so are the beam's width, the n-best and the output length in `BeamStep`.
+
+The right product for each width. The weights are folded in as constants (`freezing`) and
+packed once, and the step and the source keys are each built twice: a *narrow* library, in
+which Inductor's own C++ matrix products are timed against ATen's (`max_autotune`) at the
+export example's few rows and the faster kept, and a *wide* one with ATen's packed products
+(MKL's or oneDNN's, which are tuned for many rows). A choice timed at 4 rows is kept for
+every row count, and the C++ products that win one sentence at a time lose wide batches; so
+at build time both libraries are timed on inputs of growing width (`crossover`), and a call
+takes the wide one from the measured row count on (`ByRows`; `rows.json` in the artifact
+keeps the count and the timings).
 
 The artifact, a directory of the three packages, is keyed by everything that makes it valid:
 the weights and config (a hash of them), the dtype, the machine (`linear.machine_digest`:
@@ -34,7 +42,9 @@ import json
 import os
 import shutil
 import tempfile
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -45,14 +55,22 @@ from aiayn.fast.static_beam import BeamStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 3  # bumped when the functions' signatures or the build's settings change
-BUILD_OPTIONS = {
+FORMAT = 4  # bumped when the functions' signatures or the build's settings change
+NARROW_OPTIONS = {
     "freezing": True,  # weights as constants, packed once for the chosen products
     "max_autotune": True,  # time Inductor's C++ products against ATen's, per shape
     "max_autotune_gemm_backends": "CPP,ATEN",
     "max_autotune_report_choices_stats": False,  # the timings are not the user's business
     "autotune_num_choices_displayed": 0,
 }
+WIDE_OPTIONS = {"freezing": True}  # ATen's packed products, which suit many rows
+# The widths at which the two libraries are timed: decoder rows (sentences x beam), and the
+# source's tokens (sentences x `SOURCE_LEN`).
+STEP_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
+SOURCE_SENTENCES = (1, 2, 4, 8, 16, 32)
+SOURCE_LEN = EARLIER = 16  # a typical sentence's tokens, and decoded positions
+ROWS_FILE = "rows.json"
+ROUNDS = 5  # timing rounds per width
 
 
 def load_compiled(model, build: bool = False, cache: Path | None = None) -> Compiled | None:
@@ -103,8 +121,17 @@ def artifact_path(model, cache: Path | None = None) -> Path:
 
 
 def _load(path: Path) -> Compiled:
-    return Compiled(*(_Loaded(torch._inductor.aoti_load_package(str(path / f"{name}.pt2")))
-                      for name in Compiled._fields))  # fmt: skip
+    rows = json.loads((path / ROWS_FILE).read_text())
+
+    def library(name: str) -> _Loaded:
+        return _Loaded(torch._inductor.aoti_load_package(str(path / f"{name}.pt2")))
+
+    return Compiled(
+        step=ByRows(library("step"), library("step-wide"), rows["step"]["wide_from"], _step_rows),
+        source=ByRows(library("source"), library("source-wide"), rows["source"]["wide_from"],
+                      _source_rows),
+        beam=library("beam"),
+    )  # fmt: skip
 
 
 class _Loaded:
@@ -120,18 +147,83 @@ class _Loaded:
         return tuple(self.run([x.contiguous() for x in inputs]))
 
 
+class ByRows:
+    """One function built twice: `narrow` for calls of fewer than `wide_from` rows, `wide`
+    from there on (never where `wide_from` is None); `rows` counts a call's rows."""
+
+    def __init__(self, narrow: Callable, wide: Callable, wide_from: int | None,
+                 rows: Callable[..., int]) -> None:  # fmt: skip
+        self.narrow, self.wide, self.wide_from, self.rows = narrow, wide, wide_from, rows
+
+    def __call__(self, *inputs: Tensor) -> tuple[Tensor, ...]:
+        wide = self.wide_from is not None and self.rows(*inputs) >= self.wide_from
+        return (self.wide if wide else self.narrow)(*inputs)
+
+
+def _step_rows(tokens: Tensor, *rest: Tensor) -> int:
+    return tokens.size(0)  # sentences x beam
+
+
+def _source_rows(src: Tensor) -> int:
+    return src.numel()  # sentences x source length: the encoder's rows
+
+
+def wide_from(timings: dict[int, tuple[float, float]]) -> int | None:
+    """From {rows: (narrow seconds, wide seconds)}: the fewest rows from which the wide
+    library was the faster at every width timed; None where it lost at the widest."""
+    start = None
+    for rows in sorted(timings, reverse=True):
+        narrow, wide = timings[rows]
+        if wide >= narrow:
+            break
+        start = rows
+    return start
+
+
+def crossover(narrow: Callable, wide: Callable, examples: list[tuple[int, tuple]]) -> dict:
+    """Both libraries timed on `examples` [(rows, inputs)]: {"wide_from": `wide_from`,
+    "ms": {rows: [narrow, wide]}}, per call, the best of `ROUNDS` rounds taken in turns (so
+    that another process's load falls on both alike)."""
+    timings = {}
+    for rows, inputs in examples:
+        narrow(*inputs), wide(*inputs)  # the first calls' one-off costs
+        rounds = [(_seconds(narrow, inputs), _seconds(wide, inputs)) for _ in range(ROUNDS)]
+        timings[rows] = tuple(min(times) for times in zip(*rounds))
+    return {"wide_from": wide_from(timings),
+            "ms": {rows: [round(t * 1e3, 4) for t in pair] for rows, pair in timings.items()}}  # fmt: skip
+
+
+def _seconds(function: Callable, inputs: tuple, budget: float = 0.01) -> float:
+    """Seconds per call of `function(*inputs)` over at least `budget` seconds."""
+    calls, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < budget or calls == 0:
+        function(*inputs)
+        calls += 1
+    return elapsed / calls
+
+
 def _build(model, path: Path) -> None:
     """Export `DecoderStep(model)`, `SourceKeys(model)` and `BeamStep` with dynamic
-    dimensions, compile each with AOTInductor, and move the packages to the directory `path`
+    dimensions, compile each with AOTInductor (the step and source keys narrow and wide),
+    time the two against each other (`ROWS_FILE`), and move it all to the directory `path`
     (built aside and renamed: a reader never sees half)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=path.parent, prefix=".build-")
     try:
         programs = {"step": _step_program, "source": _source_program, "beam": _beam_program}
-        for name, program in ((name, programs[name](model)) for name in Compiled._fields):
-            torch._inductor.aoti_compile_and_package(
-                program, package_path=f"{tmp}/{name}.pt2", inductor_configs=dict(BUILD_OPTIONS)
-            )
+        for name in Compiled._fields:
+            _compile(programs[name](model), f"{tmp}/{name}.pt2", NARROW_OPTIONS)
+        for name in ("step", "source"):
+            _compile(programs[name](model), f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS)
+
+        def libraries(name: str) -> tuple[_Loaded, _Loaded]:
+            return tuple(_Loaded(torch._inductor.aoti_load_package(f"{tmp}/{name}{kind}.pt2"))
+                         for kind in ("", "-wide"))  # fmt: skip
+
+        with torch.no_grad():
+            rows = {"step": crossover(*libraries("step"), _step_examples(model)),
+                    "source": crossover(*libraries("source"), _source_examples(model))}  # fmt: skip
+        Path(tmp, ROWS_FILE).write_text(json.dumps(rows, indent=1) + "\n")
         if path.exists():  # a damaged artifact (it failed to load): this build replaces it
             shutil.rmtree(path)
         os.replace(tmp, path)
@@ -140,6 +232,42 @@ def _build(model, path: Path) -> None:
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _compile(program: torch.export.ExportedProgram, package: str, options: dict) -> None:
+    torch._inductor.aoti_compile_and_package(program, package_path=package,
+                                             inductor_configs=dict(options))  # fmt: skip
+
+
+def _step_examples(model) -> list[tuple[int, tuple]]:
+    """The step's inputs at each of `STEP_ROWS` (4 hypotheses a sentence, as beam 4 has)."""
+    src_len = min(SOURCE_LEN, model.config.max_len)
+    return [(rows, _step_inputs(model, rows, max(1, rows // 4), EARLIER, src_len))
+            for rows in STEP_ROWS]  # fmt: skip
+
+
+def _source_examples(model) -> list[tuple[int, tuple]]:
+    """The source keys' inputs at each of `SOURCE_SENTENCES` sentences of `SOURCE_LEN` tokens."""
+    src_len = min(SOURCE_LEN, model.config.max_len)
+    eos = model.config.eos_id
+    return [(n * src_len, (torch.full((n, src_len), eos, dtype=torch.long),))
+            for n in SOURCE_SENTENCES]  # fmt: skip
+
+
+def _step_inputs(model, rows: int, sentences: int, earlier: int, src_len: int) -> tuple:
+    """`DecoderStep`'s inputs for `rows` hypotheses of `sentences` sentences after `earlier`
+    positions, over sources of `src_len` tokens."""
+    c, step = model.config, DecoderStep.from_model(model)
+    layers, heads, d_k, d_v = len(model.decoder), step.heads, step.d_k, step.d_v
+    like = dict(dtype=model.output_weight.dtype)
+    return (
+        torch.full((rows,), c.eos_id, dtype=torch.long), torch.zeros(c.d_model, **like),
+        torch.zeros(earlier, layers, rows, heads, d_k, **like),
+        torch.zeros(earlier, layers, rows, heads, d_v, **like),
+        torch.zeros(layers, sentences, heads, src_len, d_k, **like),
+        torch.zeros(layers, sentences, heads, src_len, d_v, **like),
+        torch.ones(sentences, 1, 1, src_len, dtype=torch.bool),
+    )  # fmt: skip
 
 
 def _source_program(model) -> torch.export.ExportedProgram:
@@ -153,21 +281,10 @@ def _source_program(model) -> torch.export.ExportedProgram:
 
 def _step_program(model) -> torch.export.ExportedProgram:
     """`DecoderStep(model)` exported with dynamic rows, sentences and lengths."""
-    step = DecoderStep.from_model(model)
-    c, dims = model.config, torch.export.Dim
-    layers, heads, d_k, d_v = len(model.decoder), step.heads, step.d_k, step.d_v
+    step, c, dims = DecoderStep.from_model(model), model.config, torch.export.Dim
     # An example of 2 sentences x 2 rows, lengths 3 and 5: no dimension of size 0 or 1,
     # which the exporter would take for a constant.
-    rows, sentences, earlier, src_len = 4, 2, 3, 5
-    like = dict(dtype=model.output_weight.dtype)
-    example = (
-        torch.full((rows,), c.eos_id, dtype=torch.long), torch.zeros(c.d_model, **like),
-        torch.zeros(earlier, layers, rows, heads, d_k, **like),
-        torch.zeros(earlier, layers, rows, heads, d_v, **like),
-        torch.zeros(layers, sentences, heads, src_len, d_k, **like),
-        torch.zeros(layers, sentences, heads, src_len, d_v, **like),
-        torch.ones(sentences, 1, 1, src_len, dtype=torch.bool),
-    )
+    example = _step_inputs(model, rows=4, sentences=2, earlier=3, src_len=5)
     r, s = dims("rows", min=1), dims("sentences", min=1)
     t, n = dims("earlier", min=0), dims("src_len", min=2, max=c.max_len)
     dynamic = ({0: r}, None, {0: t, 2: r}, {0: t, 2: r}, {1: s, 3: n}, {1: s, 3: n}, {0: s, 3: n})
