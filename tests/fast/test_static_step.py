@@ -20,7 +20,7 @@ from aiayn.decode.search import search as core_search
 from aiayn.fast import compiled_step as compiled_module
 from aiayn.fast.compiled_step import (
     SOURCE_SENTENCES, STEP_ROWS, ByRows, artifact_path, can_compile, crossover, load_compiled,
-    wide_from,
+    rows_file, wide_from,
 )
 from aiayn.fast.int8 import quantize_int8
 from aiayn.fast.search import FastSearch
@@ -229,13 +229,14 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     model, search = fast.for_inference(copy.deepcopy(core), compile="always")
     assert isinstance(search, StepSearch) and search.step is not search.shape
     assert search.kind == "compiled decoder step" and StepSearch(model).kind == "decoder step"
-    built = ["beam.pt2", "rows.json", "source-wide.pt2", "source.pt2", "step-wide.pt2", "step.pt2"]
+    rows_here = rows_file(artifact_path(model))  # the crossovers at this thread count
+    built = ["beam.pt2", rows_here.name, "source-wide.pt2", "source.pt2", "step-wide.pt2", "step.pt2"]
     assert sorted(p.name for p in artifact_path(model).iterdir()) == built
-    rows = json.loads((artifact_path(model) / "rows.json").read_text())
+    rows = json.loads(rows_here.read_text())
     for name, widths in (("step", STEP_ROWS), ("source", [n * 16 for n in SOURCE_SENTENCES])):
         assert [int(w) for w in rows[name]["ms"]] == list(widths)  # both timed at each width
         assert all(t > 0 for pair in rows[name]["ms"].values() for t in pair)
-        assert search.step.wide_from == rows["step"]["wide_from"]
+        assert getattr(search, name).wide_from == rows[name]["wide_from"]
     assert search.beam is not None and not isinstance(search.beam, BeamStep)  # the compiled one
     assert [p.name for p in artifact_path(model).parent.iterdir()] == [artifact_path(model).name]
     config = DecodeConfig(beam=4, nbest=2, max_len_offset=6)
@@ -258,6 +259,19 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
         raise AssertionError("built again")
 
     monkeypatch.setattr(compiled_module, "_build", refuse)
+    measured = []
+    monkeypatch.setattr(compiled_module, "crossover", lambda *args: measured.append(1) or
+                        {"wide_from": 8, "ms": {}})  # fmt: skip
     again = fast.for_inference(copy.deepcopy(core)).search  # "auto": from the cache
-    assert isinstance(again, StepSearch)
+    assert isinstance(again, StepSearch) and not measured  # its crossovers read, not timed
     _same(again(SOURCES, config), core_search(core, SOURCES, config))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)  # another thread count: timed once, and kept
+    try:
+        other = fast.for_inference(copy.deepcopy(core)).search
+        assert len(measured) == 2 and other.step.wide_from == other.source.wide_from == 8
+        assert rows_file(artifact_path(model)).exists() and rows_here.exists()
+        fast.for_inference(copy.deepcopy(core))
+        assert len(measured) == 2
+    finally:
+        torch.set_num_threads(threads)

@@ -23,9 +23,10 @@ which Inductor's own C++ matrix products are timed against ATen's (`max_autotune
 export example's few rows and the faster kept, and a *wide* one with ATen's packed products
 (MKL's or oneDNN's, which are tuned for many rows). A choice timed at 4 rows is kept for
 every row count, and the C++ products that win one sentence at a time lose wide batches; so
-at build time both libraries are timed on inputs of growing width (`crossover`), and a call
-takes the wide one from the measured row count on (`ByRows`; `rows.json` in the artifact
-keeps the count and the timings).
+both libraries are timed on inputs of growing width (`crossover`), and a call takes the
+wide one from the measured row count on (`ByRows`). The timing is done where the artifact is
+first loaded with a thread count (the crossover moves with it) and kept beside the
+libraries (`rows_file`: the counts and the timings).
 
 The artifact, a directory of the three packages, is keyed by everything that makes it valid:
 the weights and config (a hash of them), the dtype, the machine (`linear.machine_digest`:
@@ -69,7 +70,6 @@ WIDE_OPTIONS = {"freezing": True}  # ATen's packed products, which suit many row
 STEP_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
 SOURCE_SENTENCES = (1, 2, 4, 8, 16, 32)
 SOURCE_LEN = EARLIER = 16  # a typical sentence's tokens, and decoded positions
-ROWS_FILE = "rows.json"
 ROUNDS = 5  # timing rounds per width
 
 
@@ -83,7 +83,7 @@ def load_compiled(model, build: bool = False, cache: Path | None = None) -> Comp
     path = artifact_path(model, cache)
     if path.exists():
         try:
-            return _load(path)
+            return _load(path, model)
         except Exception:  # a foreign or damaged artifact: build it again
             if not build:
                 return None
@@ -91,7 +91,7 @@ def load_compiled(model, build: bool = False, cache: Path | None = None) -> Comp
         return None
     try:
         _build(model, path)
-        return _load(path)
+        return _load(path, model)
     except Exception as err:  # the compiler's own errors are of many kinds
         warnings.warn(f"the decoder step could not be compiled ({type(err).__name__}: "
                       f"{str(err).splitlines()[0] if str(err) else ''}); decoding without it",
@@ -120,18 +120,40 @@ def artifact_path(model, cache: Path | None = None) -> Path:
     return (cache or cache_dir()) / "steps" / digest.hexdigest()[:24]
 
 
-def _load(path: Path) -> Compiled:
-    rows = json.loads((path / ROWS_FILE).read_text())
-
+def _load(path: Path, model) -> Compiled:
     def library(name: str) -> _Loaded:
         return _Loaded(torch._inductor.aoti_load_package(str(path / f"{name}.pt2")))
 
-    return Compiled(
-        step=ByRows(library("step"), library("step-wide"), rows["step"]["wide_from"], _step_rows),
-        source=ByRows(library("source"), library("source-wide"), rows["source"]["wide_from"],
-                      _source_rows),
-        beam=library("beam"),
-    )  # fmt: skip
+    step, source = (ByRows(library(name), library(f"{name}-wide"), None, rows)
+                    for name, rows in (("step", _step_rows), ("source", _source_rows)))  # fmt: skip
+    found = _crossovers(path, model, step, source)
+    step.wide_from, source.wide_from = found["step"]["wide_from"], found["source"]["wide_from"]
+    return Compiled(step=step, source=source, beam=library("beam"))
+
+
+def rows_file(path: Path) -> Path:
+    """The crossovers measured with this process's thread count (which moves them)."""
+    return path / f"rows-{torch.get_num_threads()}-threads.json"
+
+
+def _crossovers(path: Path, model, step: ByRows, source: ByRows) -> dict:
+    """The narrow and wide libraries' crossovers (`crossover`) at this thread count: read
+    from `rows_file`, else measured now (a second or two, once) and stored there."""
+    file = rows_file(path)
+    try:
+        return json.loads(file.read_text())
+    except (OSError, ValueError):  # not measured at this thread count yet, or damaged
+        pass
+    with torch.no_grad():
+        found = {"step": crossover(step.narrow, step.wide, _step_examples(model)),
+                 "source": crossover(source.narrow, source.wide, _source_examples(model))}  # fmt: skip
+    tmp = file.with_name(f".{file.name}.{os.getpid()}")
+    try:  # written aside and renamed: a reader never sees half
+        tmp.write_text(json.dumps(found, indent=1) + "\n")
+        os.replace(tmp, file)
+    except OSError:  # a cache we may not write: measured again next time
+        tmp.unlink(missing_ok=True)
+    return found
 
 
 class _Loaded:
@@ -205,8 +227,8 @@ def _seconds(function: Callable, inputs: tuple, budget: float = 0.01) -> float:
 def _build(model, path: Path) -> None:
     """Export `DecoderStep(model)`, `SourceKeys(model)` and `BeamStep` with dynamic
     dimensions, compile each with AOTInductor (the step and source keys narrow and wide),
-    time the two against each other (`ROWS_FILE`), and move it all to the directory `path`
-    (built aside and renamed: a reader never sees half)."""
+    and move the packages to the directory `path` (built aside and renamed: a reader never
+    sees half)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=path.parent, prefix=".build-")
     try:
@@ -215,15 +237,6 @@ def _build(model, path: Path) -> None:
             _compile(programs[name](model), f"{tmp}/{name}.pt2", NARROW_OPTIONS)
         for name in ("step", "source"):
             _compile(programs[name](model), f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS)
-
-        def libraries(name: str) -> tuple[_Loaded, _Loaded]:
-            return tuple(_Loaded(torch._inductor.aoti_load_package(f"{tmp}/{name}{kind}.pt2"))
-                         for kind in ("", "-wide"))  # fmt: skip
-
-        with torch.no_grad():
-            rows = {"step": crossover(*libraries("step"), _step_examples(model)),
-                    "source": crossover(*libraries("source"), _source_examples(model))}  # fmt: skip
-        Path(tmp, ROWS_FILE).write_text(json.dumps(rows, indent=1) + "\n")
         if path.exists():  # a damaged artifact (it failed to load): this build replaces it
             shutil.rmtree(path)
         os.replace(tmp, path)
