@@ -28,9 +28,10 @@ wide one from the measured row count on (`ByRows`). The timing is done where the
 first loaded with a thread count (the crossover moves with it) and kept beside the
 libraries (`rows_file`: the counts and the timings).
 
-The artifact, a directory of the three packages, is keyed by everything that makes it valid:
-the weights and config (a hash of them), the dtype, the machine (`linear.machine_digest`:
-CPU model, kernel ISA, torch's version) and this module's `FORMAT`. It is written whole
+The artifact, a directory of the five packages (and the crossovers timed with each thread
+count), is keyed by everything that makes it valid: the weights and config (a hash of
+them), the dtype, the machine (`linear.machine_digest`: CPU model, kernel ISA, torch's
+version) and this module's `FORMAT`. It is written whole
 (built aside, then renamed) by this user's aiayn into its own cache directory and loaded
 only from there; one that fails to load is built again.
 """
