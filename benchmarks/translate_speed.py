@@ -82,6 +82,7 @@ from aiayn.data.batching import longest_first_batches
 from aiayn.export import export_checkpoint
 from aiayn.fast.kv_cache import SharedKVCache
 from aiayn.fast.search import FastSearch, row_topk
+from aiayn.fast.static_beam import StepBeam
 from aiayn.fast.static_search import StepSearch
 from aiayn.model.transformer import Transformer
 from results import add_arguments, emit
@@ -169,6 +170,9 @@ def run_aiayn(
         max_len = torch.full((src.size(0),), out_len, device=src.device)
         topk = torch.topk if search is None else row_topk
         strategy = BeamStrategy(max_len, BEAM, 1, ALPHA, out_len - 1, EOS_ID, PAD_ID, topk)
+        if getattr(search, "beam", None) is not None:  # the compiled step's beam step, as a
+            strategy = StepBeam(search.beam, max_len, BEAM, 1, ALPHA, out_len - 1, EOS_ID,
+                                PAD_ID)  # `Translator` searches with it  # fmt: skip
         if search is None:
             hyps = run_search(model, src, strategy, BOS_ID)
         else:
