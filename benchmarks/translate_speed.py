@@ -51,7 +51,9 @@ the result holds the out_len tokens without eos), transformers with min_new_toke
 max_new_tokens = out_len.
 No system can stop early or drop a finished sentence from its batch, so the figure
 measures the per-step cost only. Each system decodes all batches `--repeats` times, the
-systems taking turns, and its median time counts. Prints one JSON object.
+systems taking turns, and its median time counts. Each system is loaded and timed in a
+process of its own (`time_apart`), as users run them: CTranslate2 brings its own OpenMP
+runtime, and in one process with PyTorch both slow down. Prints one JSON object.
 
 `--latency`: one sentence a call (batch 1, beam 4), as a server's lone client is served:
 each system's milliseconds per sentence ("ms_per_sentence"), where a batched run shows
@@ -62,18 +64,21 @@ above 1 aiayn is faster); the result's "mode" says which run it was.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
+import multiprocessing
+import os
 import platform
 import random
 import statistics
 import tempfile
 import time
 
+from dataclasses import dataclass
+
 import torch
 
 from aiayn import fast
-from aiayn.checkpoint import save_checkpoint
+from aiayn.checkpoint import load_checkpoint, save_checkpoint
 from aiayn.config import Config, ModelConfig
 from aiayn.data.vocab import BOS_ID, EOS_ID, PAD_ID, Vocab
 from aiayn.decode.search import run_search
@@ -303,46 +308,56 @@ def agreement(
     return {k: float(f"{v:.3g}") for k, v in diffs.items()}
 
 
-# --- the systems ----------------------------------------------------------------------------
-def build_systems(config: ModelConfig, device: str, dtype: str, tmp: str) -> tuple[dict, list[str]]:
-    """One network in every system (aiayn's float one first), and the vocabulary's pieces;
-    None for what this device cannot run: int8 is CPU only, and CTranslate2 runs only the
-    compute types `get_supported_compute_types` lists. The peers are `aiayn export`'s."""
-    import ctranslate2
-    from transformers import MarianMTModel
+# --- the systems ---------------------------------------------------------------------------
+def system_names(dtype: str) -> list[str]:
+    """Every system, aiayn's float one first (the agreement's reference)."""
+    return [f"aiayn_{dtype}", "aiayn_reference", "aiayn_int8", f"ctranslate2_{dtype}",
+            *(f"ctranslate2_{ct}" for ct in INT8_COMPUTE_TYPES), "transformers_marian"]  # fmt: skip
 
+
+def export_systems(config: ModelConfig, tmp: str) -> list[str]:
+    """Write one network to `tmp`: aiayn's checkpoint (random initialisation, seed 0, and
+    `benchmark_vocab`), its `aiayn export`s to CTranslate2 (float32 and int8 weights) and to
+    MarianMT; -> the vocabulary's pieces."""
     torch.manual_seed(0)
-    ours = Transformer(config).eval()
     vocab = benchmark_vocab(config.vocab_size)
-    checkpoint = save_checkpoint(f"{tmp}/checkpoint", ours, Config(model=config), vocab, vocab)
-    cpu, device_type = device == "cpu", torch.device(device).type
-    supported = ctranslate2.get_supported_compute_types(device_type)
-    threads = torch.get_num_threads()
-    exported = {q: export_checkpoint(checkpoint, "ctranslate2", f"{tmp}/ct2_{q}", q)
-                for q in (dtype, "int8")}  # fmt: skip
+    save_checkpoint(f"{tmp}/checkpoint", Transformer(config).eval(), Config(model=config), vocab, vocab)
+    for weights in ("float32", "int8"):
+        export_checkpoint(f"{tmp}/checkpoint", "ctranslate2", f"{tmp}/ct2_{weights}", weights)
+    export_checkpoint(f"{tmp}/checkpoint", "huggingface", f"{tmp}/hf")
+    return [vocab.piece(i) for i in range(vocab.size)]
 
-    def ct2(weights: str, compute_type: str):
+
+def load_system(name: str, tmp: str, device: str, dtype: str):
+    """System `name` from what `export_systems` wrote to `tmp`; None where this device cannot
+    run it: int8 is CPU only, and CTranslate2 runs only the compute types
+    `get_supported_compute_types` lists (its float type from the float32 export)."""
+    cpu, device_type, float_type = device == "cpu", torch.device(device).type, getattr(torch, dtype)
+    if name.startswith("aiayn"):
+        if name == "aiayn_int8":
+            return fast.for_inference(load_checkpoint(f"{tmp}/checkpoint").model, int8=True).model if cpu else None
+        model = load_checkpoint(f"{tmp}/checkpoint").model.to(device=device, dtype=float_type)
+        return model if name == "aiayn_reference" else fast.for_inference(model).model
+    if name.startswith("ctranslate2"):
+        import ctranslate2
+
+        compute_type = name.removeprefix("ctranslate2_")
+        supported = ctranslate2.get_supported_compute_types(device_type)
         if compute_type not in supported or (compute_type.startswith("int8") and not cpu):
             return None
-        return ctranslate2.Translator(
-            str(exported[weights]), device=device_type, compute_type=compute_type,
-            intra_threads=threads,
-        )  # fmt: skip
+        weights = "int8" if compute_type.startswith("int8") else "float32"
+        return ctranslate2.Translator(f"{tmp}/ct2_{weights}", device=device_type,
+                                      compute_type=compute_type, intra_threads=torch.get_num_threads())  # fmt: skip
+    from transformers import MarianMTModel
 
-    marian = MarianMTModel.from_pretrained(
-        str(export_checkpoint(checkpoint, "huggingface", f"{tmp}/hf"))
-    )
-    systems = {
-        f"aiayn_{dtype}": fast.for_inference(
-            copy.deepcopy(ours).to(device=device, dtype=getattr(torch, dtype))
-        ).model,
-        "aiayn_reference": copy.deepcopy(ours).to(device=device, dtype=getattr(torch, dtype)),
-        "aiayn_int8": fast.for_inference(copy.deepcopy(ours), int8=True).model if cpu else None,
-        f"ctranslate2_{dtype}": ct2(dtype, dtype),
-        **{f"ctranslate2_{ct}": ct2("int8", ct) for ct in INT8_COMPUTE_TYPES},
-        "transformers_marian": marian.eval().to(device=device, dtype=getattr(torch, dtype)),
-    }
-    return systems, [vocab.piece(i) for i in range(vocab.size)]
+    return MarianMTModel.from_pretrained(f"{tmp}/hf").eval().to(device=device, dtype=float_type)
+
+
+def build_systems(config: ModelConfig, device: str, dtype: str, tmp: str) -> tuple[dict, list[str]]:
+    """Every system in this process (`load_system` of each; the agreement check needs them
+    side by side), and the vocabulary's pieces."""
+    names = export_systems(config, tmp)
+    return {name: load_system(name, tmp, device, dtype) for name in system_names(dtype)}, names
 
 
 def runner(name: str, device: str, names: list[str], built: dict[str, Search] | None = None):
@@ -360,6 +375,80 @@ def runner(name: str, device: str, names: list[str], built: dict[str, Search] | 
         return run_aiayn(model, batches, out_len, device, searches[id(model)])
 
     return run
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a timing process needs: where `export_systems` wrote the network, how to run
+    it, and the batches to decode."""
+
+    tmp: str
+    device: str
+    dtype: str
+    threads: int
+    compile: str  # aiayn float32 on a CPU: its compiled step ("always") or not ("never")
+    names: list[str]  # the vocabulary's pieces (CTranslate2 takes tokens by name)
+    batches: list[list[list[int]]]
+    out_len: int
+
+
+def time_apart(systems: list[str], job: Job, repeats: int) -> tuple[dict[str, list], dict[str, int]]:
+    """Time `repeats` passes of each of `systems` over `job`'s batches, each system loaded
+    in a process of its own, the systems taking turns (so that a slow spell hits every
+    one); -> {system: [(seconds, output steps) per pass]}, {system: its process id}.
+
+    Apart because two programs in one process slow each other down: CTranslate2 brings its
+    own OpenMP runtime beside PyTorch's, and once it has run, both run slower (2 to 3 times
+    on a 2-core CPU, one sentence a call) than each in a process of its own, as users
+    run them."""
+    context = multiprocessing.get_context("spawn")
+    workers: dict[str, tuple] = {}
+    try:
+        for name in systems:  # loaded and warmed up side by side, untimed
+            mine, theirs = context.Pipe()
+            process = context.Process(target=_timing_process, args=(theirs, name, job), daemon=True)
+            process.start()
+            theirs.close()  # so that a process's end shows as EOF here
+            workers[name] = (process, mine)
+        workers = {name: (process, conn, _answer(conn, name)) for name, (process, conn) in workers.items()}
+        runs = {name: [] for name in systems}
+        for _ in range(repeats):
+            for name, (_, conn, _) in workers.items():
+                conn.send(True)
+                runs[name].append(_answer(conn, name))
+        return runs, {name: pid for name, (_, _, pid) in workers.items()}
+    finally:
+        for process, conn, *_ in workers.values():
+            try:
+                conn.send(False)  # the end of its loop
+            except OSError:  # it has ended already
+                pass
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+
+
+def _answer(conn, name: str):
+    try:
+        return conn.recv()
+    except EOFError:
+        raise SystemExit(f"the process timing {name} ended without an answer (see its error above)") from None
+
+
+def _timing_process(conn, name: str, job: Job) -> None:
+    """Load system `name`, decode the last batch once (first-call overheads), send this
+    process's id; then one timed pass over the batches each time the parent asks."""
+    torch.set_num_threads(job.threads)
+    model = load_system(name, job.tmp, job.device, job.dtype)
+    built = {}
+    if name == f"aiayn_{job.dtype}" and job.compile == "always":
+        search, _ = compiled_search(model)  # loaded from the cache the parent's build filled
+        built = {name: search} if search is not None else {}
+    run = runner(name, job.device, job.names, built)
+    run(model, job.batches[-1:], 4, job.device)
+    conn.send(os.getpid())
+    while conn.recv():
+        conn.send(timed(run, model, job.batches, job.out_len, job.device))
 
 
 def timed(fn, *args) -> tuple[float, int]:
@@ -420,15 +509,14 @@ def main() -> None:
             built = {f"aiayn_{args.dtype}": search} if search is not None else {}
         agree = agreement(systems, sents[:CHECK_SENTENCES], args.out_len, args.device, names,
                           built)  # fmt: skip
-        live = {name: model for name, model in systems.items() if model is not None}
-        runners = {name: runner(name, args.device, names, built) for name in live}
-        for name, model in live.items():
-            runners[name](model, batches[-1:], 4, args.device)  # first-call overheads, untimed
-        runs = {name: [] for name in live}
-        for _ in range(args.repeats):  # interleaved, so that a slow spell hits every system
-            for name, model in live.items():
-                runs[name].append(timed(runners[name], model, batches, args.out_len, args.device))
-        results, seconds = dict.fromkeys(systems), dict.fromkeys(systems)
+        live = [name for name, model in systems.items() if model is not None]
+        search = {"aiayn_search": "compiled decoder step" if built else "eager fast path",
+                  "compile_seconds": compile_seconds, "compiled_wide_from_rows": wide_from_rows(built)}  # fmt: skip
+        del systems, built  # the timed systems are loaded again, each in its own process
+        job = Job(tmp, args.device, args.dtype, torch.get_num_threads(), args.compile, names,
+                  batches, args.out_len)  # fmt: skip
+        runs, _ = time_apart(live, job, args.repeats)
+        results, seconds = dict.fromkeys(system_names(args.dtype)), dict.fromkeys(system_names(args.dtype))
         for name, timings in runs.items():
             seconds[name] = statistics.median(t for t, _ in timings)
             results[name] = {"seconds": round(seconds[name], 3), "output_tokens": timings[0][1],
@@ -446,8 +534,6 @@ def main() -> None:
     ratios["ctranslate2_int8_best"] = best
     best_ratio = best and ratio(seconds, "aiayn_int8", best)
     ratios["speed_ratio_aiayn_over_ctranslate2_int8_best"] = best_ratio
-    search = {"aiayn_search": "compiled decoder step" if built else "eager fast path",
-              "compile_seconds": compile_seconds, "compiled_wide_from_rows": wide_from_rows(built)}  # fmt: skip
     report(args, config, len(batches), {**search, **results, **ratios}, agree)
 
 
@@ -467,6 +553,8 @@ def report(args, config: ModelConfig, n_batches: int, results: dict, agree: dict
         "sentences": args.sentences, "src_tokens": "10-40 + eos", "batches": n_batches,
         "max_tokens": args.max_tokens, "batch_size": args.batch_size, "beam": BEAM,
         "vocab": VOCAB,
+        "processes": "each system loaded and timed in a process of its own, the systems "
+        "taking turns pass by pass",
         "output_length": f"forced: every hypothesis exactly {args.out_len} decoder steps "
         f"(aiayn min_len={args.out_len - 1}, max_len={args.out_len}; CTranslate2 "
         f"min_decoding_length=max_decoding_length={args.out_len}; transformers "

@@ -153,3 +153,26 @@ def test_the_result_names_the_rows_from_which_the_wide_libraries_serve():
     search = SimpleNamespace(step=ByRows(None, None, 64, rows=len), source=ByRows(None, None, None, rows=len))
     assert translate_speed.wide_from_rows({"aiayn_float32": search}) == {"step": 64, "source": None}
     assert translate_speed.wide_from_rows({}) is None  # the eager fast path: nothing built
+
+
+def test_each_system_is_timed_in_a_process_of_its_own(tmp_path):
+    """`time_apart` loads each system in a process of its own (not this one, not another
+    system's) and times the asked passes there: the same output steps in every pass, as
+    the same batches decode to the same lengths."""
+    import os
+
+    config = ModelConfig(vocab_size=translate_speed.VOCAB, d_model=32, d_ff=64, n_heads=4,
+                         n_layers=2)  # fmt: skip
+    names = translate_speed.export_systems(config, str(tmp_path))
+    job = translate_speed.Job(str(tmp_path), "cpu", "float32", 1, "never", names, [SENTS], 3)
+    runs, pids = translate_speed.time_apart(["aiayn_reference", "ctranslate2_float32"], job, 2)
+    assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
+    for passes in runs.values():
+        assert len(passes) == 2 and all(seconds > 0 for seconds, _ in passes)
+        assert passes[0][1] == passes[1][1] == 3 * len(SENTS)  # 3 steps a sentence
+
+
+def test_a_system_that_fails_to_load_stops_the_script_with_its_name(tmp_path):
+    job = translate_speed.Job(str(tmp_path), "cpu", "float32", 1, "never", [], [SENTS], 3)
+    with pytest.raises(SystemExit, match="aiayn_reference"):
+        translate_speed.time_apart(["aiayn_reference"], job, 1)
