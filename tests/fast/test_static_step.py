@@ -7,6 +7,7 @@ strategy's, and the compiled search's translations equal to the core's in float3
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 import warnings
@@ -23,8 +24,9 @@ from aiayn.fast.compiled_step import (
     rows_file, wide_from,
 )
 from aiayn.fast.int8 import quantize_int8
-from aiayn.fast.search import FastSearch
-from aiayn.fast.static_beam import BeamStep, StepBeam
+from aiayn.fast.search import TOPK_CHUNK, FastSearch, row_topk
+from aiayn.fast import static_beam
+from aiayn.fast.static_beam import CHUNKED_FROM, BeamStep, StepBeam, widest_beam
 from aiayn.fast.static_search import StepSearch
 from aiayn.fast.static_step import DecoderStep, supports
 from aiayn.model.transformer import Transformer
@@ -106,6 +108,52 @@ def test_the_beam_step_leaves_other_searches_to_the_core_strategy():
     for config in (DecodeConfig(beam=1), DecodeConfig(beam=4, beam_rules="transformers"),
                    DecodeConfig(beam=4, length_penalty="power"), DecodeConfig(beam=21)):
         assert StepBeam.for_search(model, SOURCES, config, beam_step) is None  # 21: 42 > vocab
+
+
+LARGE_VOCAB = TOPK_CHUNK * CHUNKED_FROM  # the fewest tokens whose rows are searched by chunks
+
+
+def test_a_large_vocabulary_takes_each_rows_best_by_chunks_to_the_bit(monkeypatch):
+    """From `CHUNKED_FROM` chunks of tokens on, `BeamStep` takes each row's best by chunks
+    (`row_topk`) and still finds the core strategy's hypotheses, to the bit; it computes
+    beams up to `widest_beam` (2 * beam chunks at most), wider ones are the core's."""
+    core = _model(vocab_size=LARGE_VOCAB).double()
+    model = fast.apply(copy.deepcopy(core))
+    calls = []
+    monkeypatch.setattr(static_beam, "row_topk", lambda *a: calls.append(a) or row_topk(*a))
+    for config in BEAMS.values():
+        found = StepSearch(model, beam=BeamStep(core.config.eos_id))(SOURCES, config)
+        _exactly(found, StepSearch(model)(SOURCES, config))
+    assert calls  # the chunks were searched
+    assert widest_beam(LARGE_VOCAB) == CHUNKED_FROM // 2
+    assert widest_beam(LARGE_VOCAB - 1) == (LARGE_VOCAB - 1) // 2  # fewer chunks: torch.topk
+    widest = DecodeConfig(beam=widest_beam(LARGE_VOCAB), max_len_offset=3)
+    beam_step = BeamStep(core.config.eos_id)
+    assert isinstance(StepBeam.for_search(model, SOURCES, widest, beam_step), StepBeam)
+    wider = dataclasses.replace(widest, beam=widest.beam + 1)
+    assert StepBeam.for_search(model, SOURCES, wider, beam_step) is None
+
+
+@pytest.mark.slow
+def test_the_compiled_beam_step_of_a_large_vocabulary_is_the_eager_one_to_the_bit(tmp_path):
+    """The chunked search of each row's best, compiled with a dynamic beam (`row_topk`
+    under export), gives the eager `BeamStep`'s outputs bit for bit, up to `widest_beam`."""
+    model = _model(vocab_size=LARGE_VOCAB)
+    compiled_module._compile(compiled_module._beam_program(model), str(tmp_path / "beam.pt2"),
+                             compiled_module.NARROW_OPTIONS)  # fmt: skip
+    compiled = compiled_module._Loaded(torch._inductor.aoti_load_package(str(tmp_path / "beam.pt2")))
+    eager, gen = BeamStep(model.config.eos_id), torch.Generator().manual_seed(0)
+    for batch, beam in ((1, 4), (5, 4), (3, widest_beam(LARGE_VOCAB))):
+        width, nbest = 7, 2
+        inputs = (
+            torch.randn(batch, beam, LARGE_VOCAB, generator=gen).log_softmax(-1),
+            torch.randn(batch, beam, generator=gen), torch.randint(4, LARGE_VOCAB, (batch, beam, width), generator=gen),
+            torch.full((batch, nbest), -1e9), torch.zeros(batch, nbest),
+            torch.zeros(batch, nbest, dtype=torch.long), torch.zeros(batch, nbest, width, dtype=torch.long),
+            torch.full((batch,), width), torch.ones(batch), torch.tensor([3, 1, beam]), torch.tensor([1.5, 1.6]),
+        )  # fmt: skip
+        for found, expected in zip(compiled(*inputs), eager(*inputs), strict=True):
+            assert torch.equal(found, expected)
 
 
 @pytest.mark.parametrize("kind", ["paper", "pre-LN"])

@@ -53,11 +53,11 @@ import torch
 from torch import Tensor
 
 from aiayn.fast.linear import cache_dir, machine_digest
-from aiayn.fast.static_beam import BeamStep
+from aiayn.fast.static_beam import BeamStep, widest_beam
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 4  # bumped when the functions' signatures or the build's settings change
+FORMAT = 5  # bumped when the functions' signatures or the build's settings change
 NARROW_OPTIONS = {
     "freezing": True,  # weights as constants, packed once for the chosen products
     "max_autotune": True,  # time Inductor's C++ products against ATen's, per shape
@@ -308,7 +308,7 @@ def _step_program(model) -> torch.export.ExportedProgram:
 
 def _beam_program(model) -> torch.export.ExportedProgram:
     """`BeamStep` for `model`'s vocabulary and eos, exported with dynamic sentences, beam
-    (2 to half the vocabulary: it takes each row's 2 * beam best), n-best and output length."""
+    (2 to `widest_beam`), n-best and output length."""
     vocab, dims = model.config.vocab_size, torch.export.Dim
     batch, beam, nbest, width = 3, 2, 2, 5  # no dimension of size 0 or 1 (see `_step_program`)
     scores = torch.zeros(batch, beam)
@@ -319,7 +319,7 @@ def _beam_program(model) -> torch.export.ExportedProgram:
         torch.full((batch,), width, dtype=torch.long), torch.ones(batch),
         torch.tensor([1, 0, 1]), torch.ones(2),
     )  # fmt: skip
-    b, k = dims("sentences", min=1), dims("beam", min=2, max=max(2, vocab // 2))
+    b, k = dims("sentences", min=1), dims("beam", min=2, max=max(2, widest_beam(vocab)))
     m, w = dims("nbest", min=1), dims("width", min=1)
     dynamic = ({0: b, 1: k}, {0: b, 1: k}, {0: b, 1: k, 2: w}, {0: b, 1: m}, {0: b, 1: m},
                {0: b, 1: m}, {0: b, 1: m, 2: w}, {0: b}, {0: b}, None, None)  # fmt: skip

@@ -87,7 +87,9 @@ def row_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """
     *lead, width = x.shape
     chunks = width // TOPK_CHUNK
-    if chunks <= k or x.device.type != "cpu":  # a CPU speed-up: GPUs keep torch.topk
+    # (an exported k, `static_beam.BeamStep`'s 2 * beam, is no int: its export keeps it
+    # below `chunks`)
+    if x.device.type != "cpu" or (isinstance(k, int) and chunks <= k):  # GPUs keep torch.topk
         return x.topk(k, dim=-1)
     x = x.reshape(-1, width)  # (rows, width)
     rows, end = x.size(0), chunks * TOPK_CHUNK

@@ -10,7 +10,9 @@ compiled function serves every step: each sentence has `beam` live rows from the
 (the empty ones at -inf, as fairseq starts its search), the live hypotheses' tokens are a
 (batch, beam, max |Y|) block written one column a step instead of grown, and the finished
 lists are merged at every step (with nothing new when nothing ended). The length limits
-(`constrain`) are a select, not a branch. The length penalties come in as numbers computed
+(`constrain`) are a select, not a branch. Each row's best tokens are found by chunks of
+the vocabulary (`fast.search.row_topk`) where it is large, as the eager fast path does:
+PyTorch's topk walks a row element by element. The length penalties come in as numbers computed
 by `BeamStrategy`'s own code, so the scores are the core's to the bit. `StepBeam` is the
 strategy the driver sees: `BeamStrategy`'s state and its `keep` and `results`, with `step`
 calling the function.
@@ -24,6 +26,19 @@ from torch import Tensor, nn
 from aiayn.config import DecodeConfig
 from aiayn.decode.search import output_limits
 from aiayn.decode.strategy import NEG_INF, BeamStrategy, length_penalty
+from aiayn.fast.search import TOPK_CHUNK, row_topk
+
+
+CHUNKED_FROM = 32  # chunks of `TOPK_CHUNK` tokens from which a row's best are found by chunks
+
+
+def widest_beam(vocab: int) -> int:
+    """The widest beam `BeamStep` computes: each row gives its 2 * beam best tokens, no more
+    than half the vocabulary; where they are found by chunks (`row_topk`, a vocabulary of
+    `CHUNKED_FROM` chunks or more, where PyTorch's topk is slow), no more than its chunks.
+    Wider beams (over 60 for 8000 tokens) are the core strategy's."""
+    chunks = vocab // TOPK_CHUNK
+    return chunks // 2 if chunks >= CHUNKED_FROM else vocab // 2
 
 
 class BeamStep(nn.Module):
@@ -56,7 +71,10 @@ class BeamStep(nn.Module):
         logp = torch.where(eos, torch.where(allow_eos, logp, NEG_INF),
                            torch.where(at_max[:, None, None], NEG_INF, logp))  # fmt: skip
         # The sentence's 2 * beam best extensions are among each row's 2 * beam best tokens.
-        row_top, row_token = logp.topk(n, dim=2)  # (batch, beam, n)
+        if vocab // TOPK_CHUNK >= CHUNKED_FROM:  # (batch, beam, n) each; torch.topk's values
+            row_top, row_token = row_topk(logp, n)
+        else:
+            row_top, row_token = logp.topk(n, dim=2)
         cand = (scores[:, :, None] + row_top).view(batch, beam * n)
         top, index = cand.topk(n, dim=1)  # (batch, n), best first
         token = row_token.view(batch, beam * n).gather(1, index)  # (batch, n)
@@ -102,10 +120,10 @@ class StepBeam(BeamStrategy):
     @classmethod
     def for_search(cls, model, src: Tensor, config: DecodeConfig, step, eos_id: int | None = None):
         """The strategy of `config`'s beam search over `src` through `step`, or None where
-        `BeamStep` does not compute it (greedy, other rules or penalty, a vocabulary
-        smaller than 2 * beam): the core's strategy then."""
+        `BeamStep` does not compute it (greedy, other rules or penalty, a beam wider than
+        `widest_beam`): the core's strategy then."""
         c, m = config, model.config
-        if c.beam < 2 or c.beam_rules != "t2t" or c.length_penalty != "gnmt" or m.vocab_size < 2 * c.beam:
+        if c.beam < 2 or c.beam_rules != "t2t" or c.length_penalty != "gnmt" or c.beam > widest_beam(m.vocab_size):
             return None
         eos = m.eos_id if eos_id is None else eos_id
         return cls(step, output_limits(model, src, c.max_len_offset), c.beam, c.nbest, c.alpha,
