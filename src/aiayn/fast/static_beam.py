@@ -32,13 +32,17 @@ from aiayn.fast.search import TOPK_CHUNK, row_topk
 CHUNKED_FROM = 32  # chunks of `TOPK_CHUNK` tokens from which a row's best are found by chunks
 
 
+def by_chunks(vocab: int) -> bool:
+    """Whether `BeamStep` finds a row's best tokens by chunks (`row_topk`): from
+    `CHUNKED_FROM` chunks on, where PyTorch's topk is slow."""
+    return vocab // TOPK_CHUNK >= CHUNKED_FROM
+
+
 def widest_beam(vocab: int) -> int:
     """The widest beam `BeamStep` computes: each row gives its 2 * beam best tokens, no more
-    than half the vocabulary; where they are found by chunks (`row_topk`, a vocabulary of
-    `CHUNKED_FROM` chunks or more, where PyTorch's topk is slow), no more than its chunks.
-    Wider beams (over 60 for 8000 tokens) are the core strategy's."""
-    chunks = vocab // TOPK_CHUNK
-    return chunks // 2 if chunks >= CHUNKED_FROM else vocab // 2
+    than half the vocabulary, and no more than its chunks where they are found by chunks
+    (`by_chunks`). Wider beams (over 62 for 8000 tokens) are the core strategy's."""
+    return vocab // TOPK_CHUNK // 2 if by_chunks(vocab) else vocab // 2
 
 
 class BeamStep(nn.Module):
@@ -71,7 +75,7 @@ class BeamStep(nn.Module):
         logp = torch.where(eos, torch.where(allow_eos, logp, NEG_INF),
                            torch.where(at_max[:, None, None], NEG_INF, logp))  # fmt: skip
         # The sentence's 2 * beam best extensions are among each row's 2 * beam best tokens.
-        if vocab // TOPK_CHUNK >= CHUNKED_FROM:  # (batch, beam, n) each; torch.topk's values
+        if by_chunks(vocab):  # (batch, beam, n) each; torch.topk's values
             row_top, row_token = row_topk(logp, n)
         else:
             row_top, row_token = logp.topk(n, dim=2)
