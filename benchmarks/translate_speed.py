@@ -175,9 +175,9 @@ def run_aiayn(
         max_len = torch.full((src.size(0),), out_len, device=src.device)
         topk = torch.topk if search is None else row_topk
         strategy = BeamStrategy(max_len, BEAM, 1, ALPHA, out_len - 1, EOS_ID, PAD_ID, topk)
-        if getattr(search, "beam", None) is not None:  # the compiled step's beam step, as a
-            strategy = StepBeam(search.beam, max_len, BEAM, 1, ALPHA, out_len - 1, EOS_ID,
-                                PAD_ID)  # `Translator` searches with it  # fmt: skip
+        if getattr(search, "search_step", None) is not None:  # the compiled whole search
+            # step's state, as a `Translator` searches with it
+            strategy = StepBeam(max_len, BEAM, 1, ALPHA, out_len - 1, EOS_ID, PAD_ID)
         if search is None:
             hyps = run_search(model, src, strategy, BOS_ID)
         else:

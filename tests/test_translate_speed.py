@@ -18,7 +18,7 @@ from aiayn.data.vocab import EOS_ID  # noqa: E402
 from aiayn.model.transformer import Transformer  # noqa: E402
 from aiayn import fast  # noqa: E402
 from aiayn.fast.compiled_step import ByRows  # noqa: E402
-from aiayn.fast.static_beam import BeamStep  # noqa: E402
+from aiayn.fast.search_step import SearchStep  # noqa: E402
 
 
 def tiny_model() -> Transformer:
@@ -60,14 +60,15 @@ def test_a_built_search_is_the_one_timed_and_scored():
     torch.testing.assert_close(cached, translate_speed.aiayn_logp(model, src, tgt), atol=1e-5, rtol=0)
     steps = translate_speed.runner("aiayn_float32", "cpu", [], built)(model, [SENTS], 4, "cpu")
     assert steps == len(SENTS) * 4
-    calls = []  # with a beam step (the compiled one, where it is built), the search runs it
+    calls = []  # with a whole search step (the compiled one, where it is built), the search runs it
+    whole = SearchStep(model)
 
-    def beam_step(*inputs):
+    def search_step(*inputs):
         calls.append(1)
-        return BeamStep(EOS_ID)(*inputs)
+        return whole(*inputs)
 
-    with_beam = {"aiayn_float32": StepSearch(model, beam=beam_step)}
-    steps = translate_speed.runner("aiayn_float32", "cpu", [], with_beam)(model, [SENTS], 4, "cpu")
+    with_step = {"aiayn_float32": StepSearch(model, search_step=search_step)}
+    steps = translate_speed.runner("aiayn_float32", "cpu", [], with_step)(model, [SENTS], 4, "cpu")
     assert steps == len(SENTS) * 4 and len(calls) == 4
 
 

@@ -86,7 +86,8 @@ def test_int8_cache_keeps_encoder_decoder_keys_in_bfloat16_where_the_cpu_multipl
     on this tiny model over 3 draws: at most 0.065-0.099 from float32 with bfloat16 stores,
     0.067-0.086 with float32 ones (mean 0.012-0.014 both); bfloat16 stores alone, on the
     float32 model, 0.007-0.012."""
-    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native, raising=False)
+    for check in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):  # `native_bf16`'s
+        monkeypatch.setattr(torch.cpu, check, lambda: native, raising=False)
     int8 = Translator.from_checkpoint(ckpt, int8=True)
     exact = Translator.from_checkpoint(ckpt)
     assert int8.search.cross_dtype == (torch.bfloat16 if native else None)

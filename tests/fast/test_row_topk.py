@@ -1,5 +1,5 @@
-"""`row_topk` (`fast/search.py`) against `torch.topk`, the core search's top-k: the same
-values and indices, alone and inside whole searches."""
+"""`row_topk` and `block_topk` (`fast/search.py`) against `torch.topk`, the core search's
+top-k: the same values and indices, alone and inside whole searches."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from aiayn.config import DecodeConfig
 from aiayn.decode.search import make_strategy, run_search
-from aiayn.fast.search import TOPK_CHUNK, row_topk
+from aiayn.fast.search import TOPK_CHUNK, block_topk, row_topk
 from aiayn.model.transformer import Transformer
 from conftest import tiny_model_config
 from tiny_run import one_thread  # noqa: F401 (autouse fixture)
@@ -26,6 +26,24 @@ def test_row_topk_is_torch_topk(shape, k):
     expected = x.topk(k, dim=-1)
     values, index = row_topk(x, k)
     assert torch.equal(values, expected.values) and torch.equal(index, expected.indices)
+
+
+@pytest.mark.parametrize("k", [4, 8, 20])
+@pytest.mark.parametrize("shape", [(3, 4, 1000), (2, 5, 40 * TOPK_CHUNK), (1, 2, 100), (4, 1, 500)])
+def test_block_topk_is_torch_topk_over_the_blocks_rows(shape, k):
+    """The k best of each block of rows (a sentence's beam), as torch.topk over the block
+    flattened: values and indices into rows x width, with each row's partial chunk; (1, 2,
+    100) has too few chunks and takes torch.topk itself."""
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(k))
+    x[..., ::7] = -math.inf
+    expected = x.flatten(-2).topk(k, dim=-1)
+    values, index = block_topk(x, k)
+    assert torch.equal(values, expected.values) and torch.equal(index, expected.indices)
+    x[:, -1, -3:] = 50.0  # the best in the last row's partial chunk
+    x[:, 0, 0] = 40.0
+    values, index = block_topk(x, k)
+    assert values[:, :3].eq(50.0).all() and values[:, 3].eq(40.0).all()
+    assert torch.equal(x.flatten(-2).gather(-1, index), values)
 
 
 def test_row_topk_finds_the_best_wherever_they_lie():

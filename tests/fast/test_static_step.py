@@ -1,8 +1,9 @@
 """The decoder step as one function of tensors (`fast/static_step.py`), its search
-(`fast/static_search.py`), beam search's step as one (`fast/static_beam.py`) and their
-compiled forms (`fast/compiled_step.py`), against the core: the same hypotheses and scores
-in float64 for every kind of model the step supports, the beam step's bit for bit the core
-strategy's, and the compiled search's translations equal to the core's in float32."""
+(`fast/static_search.py`), beam search's step as one (`fast/static_beam.py`), the whole
+search step (`fast/search_step.py`) and their compiled forms (`fast/compiled_step.py`),
+against the core: the same hypotheses and scores in float64 for every kind of model the
+step supports, the whole search step's bit for bit the core's, and the compiled search's
+translations equal to the core's in float32."""
 
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ from aiayn.fast.compiled_step import (
     rows_file, wide_from,
 )
 from aiayn.fast.int8 import quantize_int8
-from aiayn.fast.search import TOPK_CHUNK, FastSearch, row_topk
+from aiayn.fast.search import TOPK_CHUNK, FastSearch, block_topk
 from aiayn.fast import static_beam
-from aiayn.fast.static_beam import CHUNKED_FROM, BeamStep, StepBeam, widest_beam
+from aiayn.fast.search_step import SearchStep
+from aiayn.fast.static_beam import CHUNKED_FROM, StepBeam, widest_beam
 from aiayn.fast.static_search import StepSearch
 from aiayn.fast.static_step import DecoderStep, supports
 from aiayn.model.transformer import Transformer
@@ -87,73 +89,67 @@ BEAMS = {"beam 4, 2-best": DecodeConfig(beam=4, nbest=2, max_len_offset=6),
 
 
 @pytest.mark.parametrize("beam", BEAMS, ids=list(BEAMS))
-@pytest.mark.parametrize("kind", ["paper", "pre-LN", "own source vocabulary"])
-def test_the_beam_step_is_the_core_strategy_to_the_bit(kind, beam):
-    """Over the same decoder steps, `StepBeam` (the eager `BeamStep`) finds the core
-    strategy's hypotheses with equal scores; and the core's search's, as the step does."""
+@pytest.mark.parametrize("kind", ["paper", "pre-LN", "learned positions", "own source vocabulary"])
+def test_the_whole_search_step_is_the_core_search_to_the_bit(kind, beam):
+    """One `SearchStep` a step (decoder step, `BeamStep` from its logits, reorder) finds
+    the core search's hypotheses with equal scores, in float64; and the core strategy's over
+    the same decoder steps."""
     core = _model(**KINDS[kind]).double()
     model = fast.apply(copy.deepcopy(core))
     config = BEAMS[beam]
-    found = StepSearch(model, beam=BeamStep(core.config.eos_id))(SOURCES, config)
+    found = StepSearch(model, search_step=SearchStep(model))(SOURCES, config)
+    _exactly(found, core_search(core, SOURCES, config))
     _exactly(found, StepSearch(model)(SOURCES, config))
-    _same(found, core_search(core, SOURCES, config))
     if config.min_len:
         assert all(len(h.tokens) >= config.min_len for hyps in found for h in hyps)
 
 
 def test_the_beam_step_leaves_other_searches_to_the_core_strategy():
     model = _model(vocab_size=40)
-    beam_step = BeamStep(model.config.eos_id)
-    assert isinstance(StepBeam.for_search(model, SOURCES, DecodeConfig(beam=4), beam_step), StepBeam)
+    assert isinstance(StepBeam.for_search(model, SOURCES, DecodeConfig(beam=4)), StepBeam)
     for config in (DecodeConfig(beam=1), DecodeConfig(beam=4, beam_rules="transformers"),
                    DecodeConfig(beam=4, length_penalty="power"), DecodeConfig(beam=21)):
-        assert StepBeam.for_search(model, SOURCES, config, beam_step) is None  # 21: 42 > vocab
+        assert StepBeam.for_search(model, SOURCES, config) is None  # 21: 42 > vocab
+    other_eos = model.config.eos_id + 1  # the compiled step's eos is the model's
+    assert StepBeam.for_search(model, SOURCES, DecodeConfig(beam=4), eos_id=other_eos) is None
+    assert StepBeam.for_search(model, SOURCES, DecodeConfig(beam=4), eos_id=model.config.eos_id)
 
 
-LARGE_VOCAB = TOPK_CHUNK * CHUNKED_FROM  # the fewest tokens whose rows are searched by chunks
+LARGE_VOCAB = TOPK_CHUNK * CHUNKED_FROM + 5  # the fewest chunks searched by chunks, and a part
 
 
-def test_a_large_vocabulary_takes_each_rows_best_by_chunks_to_the_bit(monkeypatch):
-    """From `CHUNKED_FROM` chunks of tokens on, `BeamStep` takes each row's best by chunks
-    (`row_topk`) and still finds the core strategy's hypotheses, to the bit; it computes
-    beams up to `widest_beam` (2 * beam chunks at most), wider ones are the core's."""
+def test_a_large_vocabulary_takes_each_sentences_best_by_chunks_to_the_bit(monkeypatch):
+    """From `CHUNKED_FROM` chunks of tokens a row on, `BeamStep` takes a sentence's best
+    extensions by chunks over all its rows (`block_topk`) and still finds the core's
+    hypotheses, to the bit, for every beam the core searches (`widest_beam`)."""
     core = _model(vocab_size=LARGE_VOCAB).double()
     model = fast.apply(copy.deepcopy(core))
     calls = []
-    monkeypatch.setattr(static_beam, "row_topk", lambda *a: calls.append(a) or row_topk(*a))
-    for config in BEAMS.values():
-        found = StepSearch(model, beam=BeamStep(core.config.eos_id))(SOURCES, config)
-        _exactly(found, StepSearch(model)(SOURCES, config))
+    monkeypatch.setattr(static_beam, "block_topk", lambda *a: calls.append(a) or block_topk(*a))
+    wide = DecodeConfig(beam=CHUNKED_FROM + 3, nbest=3, max_len_offset=3)
+    for config in (*BEAMS.values(), wide):
+        found = StepSearch(model, search_step=SearchStep(model))(SOURCES, config)
+        _exactly(found, core_search(core, SOURCES, config))
     assert calls  # the chunks were searched
-    assert widest_beam(LARGE_VOCAB) == CHUNKED_FROM // 2
-    assert widest_beam(LARGE_VOCAB - 1) == (LARGE_VOCAB - 1) // 2  # fewer chunks: torch.topk
+    assert widest_beam(LARGE_VOCAB) == LARGE_VOCAB // 2
     widest = DecodeConfig(beam=widest_beam(LARGE_VOCAB), max_len_offset=3)
-    beam_step = BeamStep(core.config.eos_id)
-    assert isinstance(StepBeam.for_search(model, SOURCES, widest, beam_step), StepBeam)
+    assert isinstance(StepBeam.for_search(model, SOURCES, widest), StepBeam)
     wider = dataclasses.replace(widest, beam=widest.beam + 1)
-    assert StepBeam.for_search(model, SOURCES, wider, beam_step) is None
+    assert StepBeam.for_search(model, SOURCES, wider) is None
 
 
 @pytest.mark.slow
-def test_the_compiled_beam_step_of_a_large_vocabulary_is_the_eager_one_to_the_bit(tmp_path):
-    """The chunked search of each row's best, compiled with a dynamic beam (`row_topk`
-    under export), gives the eager `BeamStep`'s outputs bit for bit, up to `widest_beam`."""
-    model = _model(vocab_size=LARGE_VOCAB)
-    compiled_module._compile(compiled_module._beam_program(model), str(tmp_path / "beam.pt2"),
-                             compiled_module.NARROW_OPTIONS)  # fmt: skip
-    compiled = compiled_module._Loaded(torch._inductor.aoti_load_package(str(tmp_path / "beam.pt2")))
-    eager, gen = BeamStep(model.config.eos_id), torch.Generator().manual_seed(0)
-    for batch, beam in ((1, 4), (5, 4), (3, widest_beam(LARGE_VOCAB))):
-        width, nbest = 7, 2
-        inputs = (
-            torch.randn(batch, beam, LARGE_VOCAB, generator=gen).log_softmax(-1),
-            torch.randn(batch, beam, generator=gen), torch.randint(4, LARGE_VOCAB, (batch, beam, width), generator=gen),
-            torch.full((batch, nbest), -1e9), torch.zeros(batch, nbest),
-            torch.zeros(batch, nbest, dtype=torch.long), torch.zeros(batch, nbest, width, dtype=torch.long),
-            torch.full((batch,), width), torch.ones(batch), torch.tensor([3, 1, beam]), torch.tensor([1.5, 1.6]),
-        )  # fmt: skip
-        for found, expected in zip(compiled(*inputs), eager(*inputs), strict=True):
-            assert torch.equal(found, expected)
+def test_the_compiled_search_step_of_a_large_vocabulary_finds_the_eager_ones_hypotheses(tmp_path):
+    """The whole search step compiled with dynamic sentences, beam and lengths (`block_topk`
+    under export) finds the eager `SearchStep`'s hypotheses, at beams up to wider than a
+    row's chunks."""
+    model = fast.apply(_model(vocab_size=LARGE_VOCAB))
+    compiled_module._compile(compiled_module._search_step_program(model),
+                             str(tmp_path / "search.pt2"), compiled_module.WIDE_OPTIONS)  # fmt: skip
+    compiled = compiled_module._Loaded(torch._inductor.aoti_load_package(str(tmp_path / "search.pt2")))
+    eager = StepSearch(model, search_step=SearchStep(model))
+    for config in (*BEAMS.values(), DecodeConfig(beam=CHUNKED_FROM + 3, nbest=3, max_len_offset=3)):
+        _same(StepSearch(model, search_step=compiled)(SOURCES, config), eager(SOURCES, config))
 
 
 @pytest.mark.parametrize("kind", ["paper", "pre-LN"])
@@ -278,14 +274,16 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     assert isinstance(search, StepSearch) and search.step is not search.shape
     assert search.kind == "compiled decoder step" and StepSearch(model).kind == "decoder step"
     rows_here = rows_file(artifact_path(model))  # the crossovers at this thread count
-    built = ["beam.pt2", rows_here.name, "source-wide.pt2", "source.pt2", "step-wide.pt2", "step.pt2"]
+    built = [rows_here.name, "search_step-wide.pt2", "search_step.pt2", "source-wide.pt2",
+             "source.pt2", "step-wide.pt2", "step.pt2"]  # fmt: skip
     assert sorted(p.name for p in artifact_path(model).iterdir()) == built
     rows = json.loads(rows_here.read_text())
     for name, widths in (("step", STEP_ROWS), ("source", [n * 16 for n in SOURCE_SENTENCES])):
         assert [int(w) for w in rows[name]["ms"]] == list(widths)  # both timed at each width
         assert all(t > 0 for pair in rows[name]["ms"].values() for t in pair)
         assert getattr(search, name).wide_from == rows[name]["wide_from"]
-    assert search.beam is not None and not isinstance(search.beam, BeamStep)  # the compiled one
+    assert isinstance(search.search_step, ByRows)  # the compiled one, narrow and wide
+    assert search.search_step.wide_from == search.step.wide_from
     assert [p.name for p in artifact_path(model).parent.iterdir()] == [artifact_path(model).name]
     config = DecodeConfig(beam=4, nbest=2, max_len_offset=6)
     _same(search(SOURCES, config), core_search(core, SOURCES, config))
@@ -295,13 +293,10 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     greedy = DecodeConfig(beam=1, max_len_offset=6)
     _same(search(SOURCES, greedy), core_search(core, SOURCES, greedy))
     for wide_from in (1, None):  # every call through the wide libraries, then the narrow ones
-        search.step.wide_from = search.source.wide_from = wide_from
+        search.step.wide_from = search.source.wide_from = search.search_step.wide_from = wide_from
         _same(search(SOURCES, config), core_search(core, SOURCES, config))
-    eager = StepSearch(model, beam=BeamStep(model.config.eos_id))
-    compiled_beam = StepSearch(model, beam=search.beam)  # the eager decoder step, both
-    for other in BEAMS.values():  # other beams, n-bests and limits: the same library
-        _exactly(compiled_beam(SOURCES, other), eager(SOURCES, other))
-        _same(search(SOURCES, other), core_search(core, SOURCES, other))
+        for other in BEAMS.values():  # other beams, n-bests and limits: the same libraries
+            _same(search(SOURCES, other), core_search(core, SOURCES, other))
 
     def refuse(model, path):
         raise AssertionError("built again")

@@ -144,13 +144,9 @@ def run_search(
         rows, next_tokens, done = strategy.step(logp.view(alive.numel(), -1, logp.size(-1)))
         sentences = None
         if done.any():
-            finished = done.nonzero().squeeze(1)
-            for i, hyps in zip(alive[finished].tolist(), strategy.results(finished)):
-                results[i] = hyps
-            sentences = (~done).nonzero().squeeze(1)  # (still active,)
+            sentences = retire(done, alive, strategy, results)  # (still active,)
             if sentences.numel() == 0:
                 return results
-            strategy.keep(sentences)
             alive = alive[sentences]
             if rows is None:  # the strategy keeps its rows in place: drop the done ones
                 rows = sentences
@@ -160,3 +156,16 @@ def run_search(
         if rows is not None:
             steps.reorder(rows, sentences)
         tokens = next_tokens  # (rows,)
+
+
+def retire(done: Tensor, alive: Tensor, strategy: Strategy, results: list[list[Hypothesis]]) -> Tensor:
+    """The sentences `done` (active,) marks leave: their hypotheses go to `results` at
+    their input indices `alive` (active,), and the strategy drops them; -> the active
+    sentences that stay, as indices into the active ones (empty: none stays)."""
+    finished = done.nonzero().squeeze(1)
+    for i, hyps in zip(alive[finished].tolist(), strategy.results(finished)):
+        results[i] = hyps
+    sentences = (~done).nonzero().squeeze(1)
+    if sentences.numel():
+        strategy.keep(sentences)
+    return sentences

@@ -1,7 +1,8 @@
-"""The decoder step compiled ahead of time, and kept: `static_step.DecoderStep`,
-`SourceKeys` (the encoder and the encoder-decoder keys, once a search) and
-`static_beam.BeamStep` (beam search's bookkeeping) as native functions, built once per
-model and machine and loaded from aiayn's cache afterwards.
+"""The decoder step compiled ahead of time, and kept: `static_step.DecoderStep` (a step for
+any search), `SourceKeys` (the encoder and the encoder-decoder keys, once a search) and
+`search_step.SearchStep` (a whole step of beam search: the decoder step, the beam's
+bookkeeping and its reorder) as native functions, built once per model and machine and
+loaded from aiayn's cache afterwards.
 
     compiled = load_compiled(model)              # None where there is no artifact yet
     compiled = load_compiled(model, build=True)  # builds it if needed (a minute or more)
@@ -15,10 +16,10 @@ is a file, so a later process loads it in milliseconds instead of compiling agai
 `torch.compile` would do the same work in each new process, and check its guards at every
 call. The rows, sentences, source length (2 to `max_len` tokens: a source holds a token and
 its eos) and decoded positions are dynamic dimensions, so one library serves every batch a
-search meets; so are the beam's width, the n-best and the output length in `BeamStep`.
+search meets; so are the beam's width, the n-best and the output length in `SearchStep`.
 
 The right product for each width. The weights are folded in as constants (`freezing`) and
-packed once, and the step and the source keys are each built twice: a *narrow* library, in
+packed once, and each function is built twice: a *narrow* library, in
 which Inductor's own C++ matrix products are timed against ATen's (`max_autotune`) at the
 export example's few rows and the faster kept, and a *wide* one with ATen's packed products
 (MKL's or oneDNN's, which are tuned for many rows). A choice timed at 4 rows is kept for
@@ -28,7 +29,7 @@ wide one from the measured row count on (`ByRows`). The timing is done where the
 first loaded with a thread count (the crossover moves with it) and kept beside the
 libraries (`rows_file`: the counts and the timings).
 
-The artifact, a directory of the five packages (and the crossovers timed with each thread
+The artifact, a directory of the six packages (and the crossovers timed with each thread
 count), is keyed by everything that makes it valid: the weights and config (a hash of
 them), the dtype, the machine (`linear.machine_digest`: CPU model, kernel ISA, torch's
 version) and this module's `FORMAT`. It is written whole
@@ -53,11 +54,12 @@ import torch
 from torch import Tensor
 
 from aiayn.fast.linear import cache_dir, machine_digest
-from aiayn.fast.static_beam import BeamStep, widest_beam
+from aiayn.fast.static_beam import widest_beam
+from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 5  # bumped when the functions' signatures or the build's settings change
+FORMAT = 6  # bumped when the functions' signatures or the build's settings change
 NARROW_OPTIONS = {
     "freezing": True,  # weights as constants, packed once for the chosen products
     "max_autotune": True,  # time Inductor's C++ products against ATen's, per shape
@@ -125,11 +127,15 @@ def _load(path: Path, model) -> Compiled:
     def library(name: str) -> _Loaded:
         return _Loaded(torch._inductor.aoti_load_package(str(path / f"{name}.pt2")))
 
-    step, source = (ByRows(library(name), library(f"{name}-wide"), None, rows)
-                    for name, rows in (("step", _step_rows), ("source", _source_rows)))  # fmt: skip
+    step, source, search_step = (
+        ByRows(library(name), library(f"{name}-wide"), None, rows)
+        for name, rows in (("step", _step_rows), ("source", _source_rows),
+                           ("search_step", _search_step_rows))
+    )  # fmt: skip
     found = _crossovers(path, model, step, source)
     step.wide_from, source.wide_from = found["step"]["wide_from"], found["source"]["wide_from"]
-    return Compiled(step=step, source=source, beam=library("beam"))
+    search_step.wide_from = step.wide_from  # the same products at the same rows
+    return Compiled(step=step, source=source, search_step=search_step)
 
 
 def rows_file(path: Path) -> Path:
@@ -187,6 +193,10 @@ def _step_rows(tokens: Tensor, *rest: Tensor) -> int:
     return tokens.size(0)  # sentences x beam
 
 
+def _search_step_rows(tokens: Tensor, *rest: Tensor) -> int:
+    return tokens.numel()  # sentences x beam
+
+
 def _source_rows(src: Tensor) -> int:
     return src.numel()  # sentences x source length: the encoder's rows
 
@@ -226,18 +236,19 @@ def _seconds(function: Callable, inputs: tuple, budget: float = 0.01) -> float:
 
 
 def _build(model, path: Path) -> None:
-    """Export `DecoderStep(model)`, `SourceKeys(model)` and `BeamStep` with dynamic
-    dimensions, compile each with AOTInductor (the step and source keys narrow and wide),
+    """Export `DecoderStep(model)`, `SourceKeys(model)` and `SearchStep(model)` with dynamic
+    dimensions, compile each with AOTInductor (narrow and wide),
     and move the packages to the directory `path` (built aside and renamed: a reader never
     sees half)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=path.parent, prefix=".build-")
     try:
-        programs = {"step": _step_program, "source": _source_program, "beam": _beam_program}
+        programs = {"step": _step_program, "source": _source_program,
+                    "search_step": _search_step_program}  # fmt: skip
         for name in Compiled._fields:
-            _compile(programs[name](model), f"{tmp}/{name}.pt2", NARROW_OPTIONS)
-        for name in ("step", "source"):
-            _compile(programs[name](model), f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS)
+            program = programs[name](model)
+            _compile(program, f"{tmp}/{name}.pt2", NARROW_OPTIONS)
+            _compile(program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS)
         if path.exists():  # a damaged artifact (it failed to load): this build replaces it
             shutil.rmtree(path)
         os.replace(tmp, path)
@@ -306,22 +317,30 @@ def _step_program(model) -> torch.export.ExportedProgram:
         return torch.export.export(step, example, dynamic_shapes=dynamic)
 
 
-def _beam_program(model) -> torch.export.ExportedProgram:
-    """`BeamStep` for `model`'s vocabulary and eos, exported with dynamic sentences, beam
-    (2 to `widest_beam`), n-best and output length."""
-    vocab, dims = model.config.vocab_size, torch.export.Dim
-    batch, beam, nbest, width = 3, 2, 2, 5  # no dimension of size 0 or 1 (see `_step_program`)
-    scores = torch.zeros(batch, beam)
+def _search_step_program(model) -> torch.export.ExportedProgram:
+    """`SearchStep(model)` exported with dynamic sentences, beam (2 to `widest_beam`),
+    decoded positions, source length, n-best and output length."""
+    c, dims = model.config, torch.export.Dim
+    # 2 sentences of beam 3 after 4 positions, sources of 5 tokens, 2-best, outputs of 7
+    # tokens at most: no dimension of size 0 or 1 (see `_step_program`).
+    sentences, beam, earlier, src_len, nbest, width = 2, 3, 4, 5, 2, 7
+    step = _step_inputs(model, sentences * beam, sentences, earlier, src_len)
+    self_k, self_v = (x.view(earlier, x.size(1), sentences, beam, *x.shape[3:]) for x in step[2:4])
     example = (
-        torch.zeros(batch, beam, vocab), scores, torch.zeros(batch, beam, width, dtype=torch.long),
-        torch.zeros(batch, nbest), torch.zeros(batch, nbest),
-        torch.zeros(batch, nbest, dtype=torch.long), torch.zeros(batch, nbest, width, dtype=torch.long),
-        torch.full((batch,), width, dtype=torch.long), torch.ones(batch),
-        torch.tensor([1, 0, 1]), torch.ones(2),
+        step[0].view(sentences, beam), step[1], self_k, self_v, *step[4:],
+        torch.tensor([c.pad_id, c.bos_id]), torch.zeros(sentences, beam),
+        torch.zeros(sentences, beam, width, dtype=torch.long), torch.zeros(sentences, nbest),
+        torch.zeros(sentences, nbest), torch.zeros(sentences, nbest, dtype=torch.long),
+        torch.zeros(sentences, nbest, width, dtype=torch.long),
+        torch.full((sentences,), width, dtype=torch.long), torch.ones(sentences),
+        torch.tensor([earlier + 1, 0]), torch.ones(2),
     )  # fmt: skip
-    b, k = dims("sentences", min=1), dims("beam", min=2, max=max(2, widest_beam(vocab)))
+    b, k = dims("sentences", min=1), dims("beam", min=2, max=max(2, widest_beam(c.vocab_size)))
+    t, n = dims("earlier", min=0), dims("src_len", min=2, max=c.max_len)
     m, w = dims("nbest", min=1), dims("width", min=1)
-    dynamic = ({0: b, 1: k}, {0: b, 1: k}, {0: b, 1: k, 2: w}, {0: b, 1: m}, {0: b, 1: m},
-               {0: b, 1: m}, {0: b, 1: m, 2: w}, {0: b}, {0: b}, None, None)  # fmt: skip
+    state = ({0: b, 1: k}, {0: b, 1: k, 2: w}, {0: b, 1: m}, {0: b, 1: m}, {0: b, 1: m},
+             {0: b, 1: m, 2: w}, {0: b}, {0: b}, None, None)  # `StepBeam.advance`'s
+    dynamic = ({0: b, 1: k}, None, {0: t, 2: b, 3: k}, {0: t, 2: b, 3: k}, {1: b, 3: n},
+               {1: b, 3: n}, {0: b, 3: n}, None, state)  # fmt: skip
     with torch.no_grad():
-        return torch.export.export(BeamStep(model.config.eos_id), example, dynamic_shapes=dynamic)
+        return torch.export.export(SearchStep(model).eval(), example, dynamic_shapes=dynamic)

@@ -72,34 +72,47 @@ TOPK_CHUNK = 64  # entries per chunk in `row_topk` (the best of 32, 64, 128 and 
 def row_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The k largest entries along the last dimension and their indices, largest first:
     the values of `x.topk(k, dim=-1)`, faster over a vocabulary. (..., width) -> (..., k) x 2.
+    (`block_topk` of one row.)"""
+    return block_topk(x.unsqueeze(-2), k)
+
+
+def block_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest entries of each block of rows and their indices into the block's
+    entries, largest first: the values of `x.flatten(-2).topk(k, dim=-1)`, faster over a
+    vocabulary. (..., rows, width) -> (..., k) x 2; an index i is row i // width, column
+    i % width. (A beam's rows are a block: a sentence's best extensions over all of them.)
 
     PyTorch's CPU topk walks each row element by element, about as long as the log-softmax
-    of a beam step itself. Here each chunk of TOPK_CHUNK entries gives its maximum in one
-    vectorised pass, and topk runs only over the k chunks with the largest maxima (and the
-    row's last, partial chunk).
+    of a beam step itself. Here each chunk of TOPK_CHUNK entries of a row gives its maximum
+    in one vectorised pass, and topk runs only over the k chunks of the block with the
+    largest maxima (and each row's last, partial chunk).
 
-    Why the values are exact: take a row's i largest entries (i <= k), the least of them
+    Why the values are exact: take a block's i largest entries (i <= k), the least of them
     v_i. If one of them lies in a whole chunk c that was not picked, each of the k picked
     chunks has a maximum >= max(c) >= v_i: the candidates hold k >= i entries >= v_i.
     Otherwise they hold all i. Either way the candidates' i-th largest is v_i (they are
-    entries of the row, so it is no larger). Among equal entries the index picked may
+    entries of the block, so it is no larger). Among equal entries the index picked may
     differ from torch.topk's, which does not specify it either.
     """
-    *lead, width = x.shape
+    *lead, rows, width = x.shape
     chunks = width // TOPK_CHUNK
-    # (an exported k, `static_beam.BeamStep`'s 2 * beam, is no int: its export keeps it
-    # below `chunks`)
-    if x.device.type != "cpu" or (isinstance(k, int) and chunks <= k):  # GPUs keep torch.topk
-        return x.topk(k, dim=-1)
-    x = x.reshape(-1, width)  # (rows, width)
-    rows, end = x.size(0), chunks * TOPK_CHUNK
-    body = x[:, :end].view(rows, chunks, TOPK_CHUNK)
-    picked = body.amax(dim=-1).topk(k, dim=-1).indices  # (rows, k) chunks
-    cand = body.gather(1, picked[:, :, None].expand(rows, k, TOPK_CHUNK))  # (rows, k, chunk)
-    index = picked[:, :, None] * TOPK_CHUNK + torch.arange(TOPK_CHUNK, device=x.device)
-    cand, index = cand.view(rows, -1), index.view(rows, -1)  # (rows, k * chunk)
-    if end < width:  # the partial chunk is always a candidate
-        cand = torch.cat([cand, x[:, end:]], dim=1)
-        index = torch.cat([index, torch.arange(end, width, device=x.device).expand(rows, -1)], 1)
-    top, pos = cand.topk(k, dim=-1)  # (rows, k)
+    # (an exported k, `static_beam.BeamStep`'s 2 * beam, is no int: the beam's rows hold
+    # at least 2 * beam chunks wherever it searches by chunks)
+    if x.device.type != "cpu" or (isinstance(k, int) and rows * chunks <= k):  # GPUs keep torch.topk
+        return x.flatten(-2).topk(k, dim=-1)
+    x = x.reshape(-1, rows, width)  # (blocks, rows, width)
+    blocks, end = x.size(0), chunks * TOPK_CHUNK
+    body = x[:, :, :end].unflatten(2, (chunks, TOPK_CHUNK))  # (blocks, rows, chunks, chunk)
+    picked = body.amax(dim=-1).view(blocks, rows * chunks).topk(k, dim=-1).indices  # (blocks, k)
+    row, chunk = picked // chunks, picked % chunks
+    block = torch.arange(blocks, device=x.device)[:, None]
+    cand = body[block, row, chunk].view(blocks, -1)  # (blocks, k * chunk)
+    index = (row * width + chunk * TOPK_CHUNK)[:, :, None] + torch.arange(TOPK_CHUNK, device=x.device)
+    index = index.view(blocks, -1)
+    if end < width:  # the partial chunks are always candidates
+        cand = torch.cat([cand, x[:, :, end:].reshape(blocks, -1)], dim=1)
+        columns = torch.arange(end, width, device=x.device)
+        tail = (torch.arange(rows, device=x.device)[:, None] * width + columns).flatten()
+        index = torch.cat([index, tail.expand(blocks, -1)], 1)
+    top, pos = cand.topk(k, dim=-1)  # (blocks, k)
     return top.view(*lead, k), index.gather(1, pos).view(*lead, k)

@@ -1,21 +1,28 @@
-"""Beam search's step as one function of tensors, for `compiled_step` to compile beside the
-decoder step: `decode.strategy.BeamStrategy.step` (tensor2tensor's rule, sec. 6.1) without
-the interpreter in it.
+"""Beam search's step as one function of tensors, for `compiled_step` to compile inside the
+whole search step (`search_step.SearchStep`): `decode.strategy.BeamStrategy.step`
+(tensor2tensor's rule, sec. 6.1) without the interpreter in it.
 
-    strategy = StepBeam.for_search(model, src, config, beam_step)  # None: use the core's
-    hyps = run_search(model, src, strategy, steps=...)          # the driver is the core's
+    state = StepBeam.for_search(model, src, config)  # None: the core's strategy's search
+    out = BeamStep(eos_id)(logits, forbidden, *state.advance())
+    rows, tokens, done = state.update(out)
 
-`BeamStep` computes what `BeamStrategy.step` does, over state of fixed shapes so that one
-compiled function serves every step: each sentence has `beam` live rows from the first step
-(the empty ones at -inf, as fairseq starts its search), the live hypotheses' tokens are a
-(batch, beam, max |Y|) block written one column a step instead of grown, and the finished
-lists are merged at every step (with nothing new when nothing ended). The length limits
-(`constrain`) are a select, not a branch. Each row's best tokens are found by chunks of
-the vocabulary (`fast.search.row_topk`) where it is large, as the eager fast path does:
-PyTorch's topk walks a row element by element. The length penalties come in as numbers computed
-by `BeamStrategy`'s own code, so the scores are the core's to the bit. `StepBeam` is the
-strategy the driver sees: `BeamStrategy`'s state and its `keep` and `results`, with `step`
-calling the function.
+`BeamStep` computes what `run_search` and `BeamStrategy.step` do with a step's
+log-probabilities, over state of fixed shapes so that one compiled function serves every
+step: each sentence has `beam` live rows from the first step (the empty ones at -inf, as
+fairseq starts its search), the live hypotheses' tokens are a (batch, beam, max |Y|) block
+written one column a step instead of grown, and the finished lists are merged at every
+step (with nothing new when nothing ended). The forbidden tokens and the length limits
+(`constrain`) are a mask, not a branch.
+
+It reads the logits, not a tensor of log-probabilities: the log-softmax is written out but
+read only where the search looks. The 2 * beam best extensions of a sentence are found over
+all its rows at once, by chunks of the vocabulary where it is large (`fast.search.block_topk`:
+one pass over the logits finds each chunk's best, and only the best chunks are read again),
+so that a compiled step reads the (rows, vocab) logits twice or three times (the
+log-softmax's sums, the chunks) instead of writing and reading a copy of them at each stage.
+The values are the core's: log P is monotone in the logits within a row, and a sentence's
+best 2 * beam are the best of its rows' best 2 * beam. The length penalties come in as
+numbers computed by `BeamStrategy`'s own code.
 """
 
 from __future__ import annotations
@@ -26,34 +33,34 @@ from torch import Tensor, nn
 from aiayn.config import DecodeConfig
 from aiayn.decode.search import output_limits
 from aiayn.decode.strategy import NEG_INF, BeamStrategy, length_penalty
-from aiayn.fast.search import TOPK_CHUNK, row_topk
+from aiayn.fast.search import TOPK_CHUNK, block_topk
 
 
-CHUNKED_FROM = 32  # chunks of `TOPK_CHUNK` tokens from which a row's best are found by chunks
+CHUNKED_FROM = 32  # chunks of `TOPK_CHUNK` tokens a row from which the best are found by chunks
 
 
 def by_chunks(vocab: int) -> bool:
-    """Whether `BeamStep` finds a row's best tokens by chunks (`row_topk`): from
-    `CHUNKED_FROM` chunks on, where PyTorch's topk is slow."""
+    """Whether `BeamStep` finds a sentence's best extensions by chunks (`block_topk`): from
+    `CHUNKED_FROM` chunks of a row on, where PyTorch's topk is slow."""
     return vocab // TOPK_CHUNK >= CHUNKED_FROM
 
 
 def widest_beam(vocab: int) -> int:
-    """The widest beam `BeamStep` computes: each row gives its 2 * beam best tokens, no more
-    than half the vocabulary, and no more than its chunks where they are found by chunks
-    (`by_chunks`). Wider beams (over 62 for 8000 tokens) are the core strategy's."""
-    return vocab // TOPK_CHUNK // 2 if by_chunks(vocab) else vocab // 2
+    """The widest beam `BeamStep` computes: the core strategy's, whose rows each give their
+    2 * beam best tokens (half the vocabulary at most)."""
+    return vocab // 2
 
 
 class BeamStep(nn.Module):
-    """One step of tensor2tensor's beam search for sentences of `beam` live rows each.
+    """One step of tensor2tensor's beam search for sentences of `beam` live rows each, from
+    the decoder's logits.
 
-    Inputs: logp (batch, beam, vocab) float32 (pad and bos already forbidden); the state
-    (`StepBeam`'s: scores, tokens, the finished lists, max_len and its penalty max_lp);
-    ints (3,) long: |Y| after this step, min_len, and k, the rows each sentence fed to the
-    decoder (1 at the first step, else beam); lps (2,) float32: lp(|Y|) and lp(|Y| + 1).
-    -> rows (batch * beam,) into the decoder's batch * k rows, next tokens (batch * beam,),
-    done (batch,), and the new state.
+    Inputs: logits (batch, beam, vocab) float32; forbidden (ids,) the tokens never generated
+    (pad and bos); the state (`StepBeam`'s: scores, tokens, the finished lists, max_len and
+    its penalty max_lp); ints (2,) long: |Y| after this step, and min_len; lps (2,) float32:
+    lp(|Y|) and lp(|Y| + 1).
+    -> rows (batch * beam,) the parent of each kept hypothesis among the batch * beam rows,
+    next tokens (batch * beam,), done (batch,), and the new state.
     """
 
     def __init__(self, eos_id: int) -> None:
@@ -61,30 +68,41 @@ class BeamStep(nn.Module):
         self.eos_id = eos_id
 
     def forward(
-        self, logp: Tensor, scores: Tensor, tokens: Tensor, fin_scores: Tensor, fin_logp: Tensor,
-        fin_len: Tensor, fin_tokens: Tensor, max_len: Tensor, max_lp: Tensor, ints: Tensor,
-        lps: Tensor,
+        self, logits: Tensor, forbidden: Tensor, scores: Tensor, tokens: Tensor,
+        fin_scores: Tensor, fin_logp: Tensor, fin_len: Tensor, fin_tokens: Tensor,
+        max_len: Tensor, max_lp: Tensor, ints: Tensor, lps: Tensor,
     ) -> tuple[Tensor, ...]:  # fmt: skip
-        batch, beam, vocab = logp.shape
+        batch, beam, vocab = logits.shape
         width, n = tokens.size(2), 2 * beam
-        length, min_len, k = ints[0], ints[1], ints[2]
-        # `constrain`: at max_len only eos; eos forbidden while |Y| <= min_len
-        at_max = max_len.le(length)  # (batch,)
-        eos = torch.arange(vocab, device=logp.device).eq(self.eos_id)  # (vocab,)
-        allow_eos = (at_max | length.gt(min_len))[:, None, None]  # (batch, 1, 1)
-        logp = torch.where(eos, torch.where(allow_eos, logp, NEG_INF),
-                           torch.where(at_max[:, None, None], NEG_INF, logp))  # fmt: skip
-        # The sentence's 2 * beam best extensions are among each row's 2 * beam best tokens.
-        if by_chunks(vocab):  # (batch, beam, n) each; torch.topk's values
-            row_top, row_token = row_topk(logp, n)
+        length, min_len = ints[0], ints[1]
+        # Each extension's log P (read below only where picked): the sentence's 2 * beam
+        # best extensions, over all its rows at once (the core takes each row's 2 * beam
+        # best first: the same values).
+        cand = scores[:, :, None] + logits.log_softmax(dim=-1)  # (batch, beam, vocab)
+        # Those a hypothesis may not take (`run_search`'s forbidden tokens, `constrain`'s
+        # limits) are set aside after the search, not masked in all the vocabulary: at most
+        # `banned` a row, so the 2 * beam best of the others are among the n + beam *
+        # banned best of all. Eos is banned there, and its own extensions join at the end.
+        banned = forbidden.size(0) + 1
+        if by_chunks(vocab):  # torch.topk's values; the logits read twice in all
+            top, index = block_topk(cand, n + beam * banned)  # (batch, n + beam * banned)
         else:
-            row_top, row_token = logp.topk(n, dim=2)
-        cand = (scores[:, :, None] + row_top).view(batch, beam * n)
-        top, index = cand.topk(n, dim=1)  # (batch, n), best first
-        token = row_token.view(batch, beam * n).gather(1, index)  # (batch, n)
+            top, index = cand.view(batch, beam * vocab).topk(n + beam * banned, dim=1)
+        token = index % vocab
+        at_max = max_len.le(length)[:, None]  # (batch, 1): only eos now
+        off = token.eq(self.eos_id) | token[:, :, None].eq(forbidden).any(dim=2) | at_max
+        top = top.masked_fill(off, NEG_INF)
+        eos_ok = (at_max | length.gt(min_len)) & forbidden.ne(self.eos_id).all()  # (batch, 1)
+        eos_top = cand[:, :, self.eos_id].masked_fill(~eos_ok, NEG_INF)  # (batch, beam)
+        eos_index = torch.arange(beam, device=logits.device) * vocab + self.eos_id  # (beam,)
+        top = torch.cat([top, eos_top], dim=1)  # (batch, n + beam * (banned + 1))
+        index = torch.cat([index, eos_index.expand(batch, beam)], dim=1)
+        top, pick = top.topk(n, dim=1)  # (batch, n), best first
+        index = index.gather(1, pick)
+        token, parent = index % vocab, index // vocab  # (batch, n)
         ends = token.eq(self.eos_id)
         # every candidate's hypothesis: its parent's tokens, and its token at column |Y| - 1
-        seqs = tokens.gather(1, (index // n)[:, :, None].expand(batch, n, width))  # (batch, n, width)
+        seqs = tokens.gather(1, parent[:, :, None].expand(batch, n, width))  # (batch, n, width)
         seqs = seqs.scatter(2, (length - 1).expand(batch, n, 1), token[:, :, None])
         # the finished lists (`BeamStrategy._finish`), merged with what ended now
         new_scores = torch.where(ends & top.gt(NEG_INF), top / lps[0], NEG_INF)
@@ -95,26 +113,26 @@ class BeamStep(nn.Module):
         fin_tokens = torch.cat([fin_tokens, seqs], dim=1).gather(1, pick[:, :, None].expand(-1, -1, width))
         # the beam best that do not end stay live
         live, pick = top.masked_fill(ends, NEG_INF).topk(beam, dim=1)  # (batch, beam)
-        parent = torch.minimum(index.gather(1, pick) // n, k - 1)  # dead slots: any row
         next_tokens = token.gather(1, pick)
         tokens = seqs.gather(1, pick[:, :, None].expand(-1, -1, width))  # (batch, beam, width)
-        rows = (parent + torch.arange(batch, device=logp.device)[:, None] * k).flatten()  # (batch * beam,)
+        rows = (parent.gather(1, pick) + torch.arange(batch, device=logits.device)[:, None] * beam).flatten()
         # `BeamStrategy._done`
         best_live = live.max(dim=1).values  # (batch,)
         bound = best_live / max_lp.clamp(min=lps[1])
-        done = best_live.eq(NEG_INF) | bound.le(fin_scores[:, -1]) | at_max
+        done = best_live.eq(NEG_INF) | bound.le(fin_scores[:, -1]) | at_max[:, 0]
         return (rows, next_tokens.flatten(), done, live, tokens, fin_scores, fin_logp, fin_len,
                 fin_tokens)  # fmt: skip
 
 
 class StepBeam(BeamStrategy):
-    """`BeamStrategy` whose step is a `BeamStep` (eager or compiled): the same hypotheses,
-    for the default rules (tensor2tensor's) and length penalty (GNMT's)."""
+    """`BeamStrategy`'s state for a search by `BeamStep` (eager or compiled, inside
+    `search_step.SearchStep`): the same hypotheses, for the default rules (tensor2tensor's)
+    and length penalty (GNMT's). `advance` gives a step's inputs, `update` takes its outputs;
+    `keep` and `results` are the core strategy's."""
 
-    def __init__(self, step, max_len: Tensor, beam: int, nbest: int, alpha: float, min_len: int,
+    def __init__(self, max_len: Tensor, beam: int, nbest: int, alpha: float, min_len: int,
                  eos_id: int, pad_id: int) -> None:  # fmt: skip
         super().__init__(max_len, beam, nbest, alpha, min_len, eos_id, pad_id)
-        self.beam_step = step
         batch, width = max_len.size(0), self.fin_tokens.size(2)
         self.scores = torch.full((batch, beam), NEG_INF, device=max_len.device)
         self.scores[:, 0] = 0.0  # one live hypothesis, bos, until the first step
@@ -122,31 +140,31 @@ class StepBeam(BeamStrategy):
         self.max_lp = self._lp(max_len.float())  # (batch,) the penalty at each sentence's max_len
 
     @classmethod
-    def for_search(cls, model, src: Tensor, config: DecodeConfig, step, eos_id: int | None = None):
-        """The strategy of `config`'s beam search over `src` through `step`, or None where
-        `BeamStep` does not compute it (greedy, other rules or penalty, a beam wider than
-        `widest_beam`): the core's strategy then."""
+    def for_search(cls, model, src: Tensor, config: DecodeConfig, eos_id: int | None = None):
+        """The state of `config`'s beam search over `src`, or None where `BeamStep` does not
+        compute it (greedy, other rules or penalty, a beam wider than `widest_beam`, an eos
+        other than the model's): the core's strategy then."""
         c, m = config, model.config
-        if c.beam < 2 or c.beam_rules != "t2t" or c.length_penalty != "gnmt" or c.beam > widest_beam(m.vocab_size):
+        if (c.beam < 2 or c.beam_rules != "t2t" or c.length_penalty != "gnmt"
+                or c.beam > widest_beam(m.vocab_size) or eos_id not in (None, m.eos_id)):  # fmt: skip
             return None
-        eos = m.eos_id if eos_id is None else eos_id
-        return cls(step, output_limits(model, src, c.max_len_offset), c.beam, c.nbest, c.alpha,
-                   c.min_len, eos, m.pad_id)  # fmt: skip
+        return cls(output_limits(model, src, c.max_len_offset), c.beam, c.nbest, c.alpha,
+                   c.min_len, m.eos_id, m.pad_id)  # fmt: skip
 
-    def step(self, logp: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """As `BeamStrategy.step`: logp (batch, k, vocab) -> rows, tokens, done."""
-        batch, k, vocab = logp.shape
+    def advance(self) -> tuple[Tensor, ...]:
+        """One step on: `BeamStep`'s inputs after the logits and the forbidden tokens, the
+        state and this step's numbers."""
         self.length += 1
-        ints = torch.tensor([self.length, self.min_len, k])
+        ints = torch.tensor([self.length, self.min_len])
         lps = torch.tensor([self._lp(self.length), self._lp(self.length + 1.0)])
-        out = self.beam_step(
-            logp.expand(batch, self.beam, vocab), self.scores, self.tokens, self.fin_scores,
-            self.fin_logp, self.fin_len, self.fin_tokens, self.max_len, self.max_lp, ints, lps,
-        )  # fmt: skip
-        rows, tokens, done = out[:3]
+        return (self.scores, self.tokens, self.fin_scores, self.fin_logp, self.fin_len,
+                self.fin_tokens, self.max_len, self.max_lp, ints, lps)  # fmt: skip
+
+    def update(self, out: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor]:
+        """`BeamStep`'s outputs: keep the new state; -> rows, tokens, done."""
         (self.scores, self.tokens, self.fin_scores, self.fin_logp, self.fin_len,
-         self.fin_tokens) = out[3:]  # fmt: skip
-        return rows, tokens, done
+         self.fin_tokens) = out[3:9]  # fmt: skip
+        return out[0], out[1], out[2]
 
     def keep(self, index: Tensor) -> None:
         super().keep(index)

@@ -15,6 +15,12 @@ inputs, which `compiled_step` makes them) and after which it writes its own. A b
 surviving rows into a second store of the same shape, once per step (the core's cache
 copies as much). Encoder-decoder keys stay one per sentence and move only when sentences
 leave.
+
+A beam search of the default rules runs a loop of its own (`run_whole_steps`), whose step is
+one call of `search_step.SearchStep`: the decoder step, the beam's step and the reorder,
+with the keys and values going in and out of each call (one position longer each time) and
+the strategy's state in `static_beam.StepBeam`. Sentences leave as in `run_search`
+(`decode.search.retire`).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import torch
 from torch import Tensor
 
 from aiayn.config import DecodeConfig
-from aiayn.decode.search import Strategy, run_search
+from aiayn.decode.search import Strategy, retire, run_search
 from aiayn.decode.strategy import Hypothesis
 from aiayn.fast.search import Searcher
 from aiayn.fast.static_beam import StepBeam
@@ -45,21 +51,23 @@ class Compiled(NamedTuple):
 
     step: Step
     source: Source
-    beam: Callable[..., tuple[Tensor, ...]]  # `static_beam.BeamStep`'s call
+    search_step: Callable[..., tuple[Tensor, ...]]  # `search_step.SearchStep`'s call
 
 
 class StepSearch(Searcher):
     """Greedy or beam search for one model through its decoder step and source keys: the
-    `compiled` ones, else the eager `DecoderStep` and `SourceKeys`. A beam search's strategy
-    is `static_beam.StepBeam` over the compiled `BeamStep` (or the given `beam`, e.g. an
-    eager one), where it computes that search; else the core's strategy."""
+    `compiled` ones, else the eager `DecoderStep` and `SourceKeys`. A beam search that
+    `static_beam.BeamStep` computes runs one whole search step a call
+    (`search_step.SearchStep`: the compiled one, or the given `search_step`, e.g. an eager
+    one; `run_whole_steps`); other searches run the core's strategies over the step."""
 
-    def __init__(self, model, compiled: Compiled | None = None, beam: Callable | None = None) -> None:
+    def __init__(self, model, compiled: Compiled | None = None,
+                 search_step: Callable | None = None) -> None:  # fmt: skip
         self.model = model
         self.shape = DecoderStep.from_model(model)  # heads and key sizes; the eager step
         self.step = compiled.step if compiled else self.shape
         self.source = compiled.source if compiled else SourceKeys(model).eval()
-        self.beam = compiled.beam if compiled and beam is None else beam
+        self.search_step = compiled.search_step if compiled and search_step is None else search_step
         self.kind = "compiled decoder step" if compiled else "decoder step"
 
     def __call__(
@@ -68,8 +76,8 @@ class StepSearch(Searcher):
     ) -> list[list[Hypothesis]]:  # fmt: skip
         """Greedy search at beam 1, else beam search: per sentence its hypotheses."""
         strategy = None
-        if self.beam is not None:
-            strategy = StepBeam.for_search(self.model, src, config, self.beam, eos_id)
+        if self.search_step is not None:
+            strategy = StepBeam.for_search(self.model, src, config, eos_id)
         if strategy is None:
             return super().__call__(src, config, bos_id, eos_id)
         return self.run(src, strategy, bos_id)
@@ -77,11 +85,42 @@ class StepSearch(Searcher):
     @torch.no_grad()
     def run(self, src: Tensor, strategy: Strategy, bos_id: int | None = None) -> list[list[Hypothesis]]:
         """`decode.search.run_search` of `strategy` over `src` (batch, src_len), through the
-        step; -> per sentence (in input order) its finished hypotheses."""
+        step (the whole search step, `run_whole_steps`, for a `StepBeam` where there is
+        one); -> per sentence (in input order) its finished hypotheses."""
         if src.size(0) == 0:
             return []
+        if self.search_step is not None and isinstance(strategy, StepBeam):
+            return self.run_whole_steps(src, strategy, bos_id)
         length = int(strategy.max_len.max())  # positions fed: bos and |Y| - 1 tokens at most
         return run_search(self.model, src, strategy, bos_id, steps=self._start(src, length))
+
+    @torch.no_grad()
+    def run_whole_steps(self, src: Tensor, strategy: StepBeam, bos_id: int | None = None) -> list[list[Hypothesis]]:
+        """`run_search`'s loop with one `SearchStep` call a step: the decoder step, the beam
+        step (pad and bos forbidden) and the reorder in one. Sentences leave as there."""
+        c, batch, beam = self.model.config, src.size(0), strategy.beam
+        bos_id = c.bos_id if bos_id is None else bos_id
+        cross_k, cross_v, src_mask = self.source(src)
+        positions = self._positions(int(strategy.max_len.max()), cross_k)
+        forbidden = torch.tensor([c.pad_id, bos_id], device=src.device)
+        shape = (0, len(self.model.decoder), batch, beam, self.shape.heads)
+        self_k, self_v = cross_k.new_empty(*shape, self.shape.d_k), cross_v.new_empty(*shape, self.shape.d_v)
+        tokens = torch.full((batch, beam), bos_id, dtype=torch.long, device=src.device)
+        alive = torch.arange(batch, device=src.device)  # input index of each active sentence
+        results: list[list[Hypothesis]] = [[] for _ in range(batch)]
+        while True:
+            out = self.search_step(tokens, positions[self_k.size(0)], self_k, self_v, cross_k,
+                                   cross_v, src_mask, forbidden, *strategy.advance())  # fmt: skip
+            _, tokens, done = strategy.update(out[:9])
+            self_k, self_v = out[9:]  # (positions, layers, sentences, beam, heads, d)
+            if done.any():
+                sentences = retire(done, alive, strategy, results)  # (still active,)
+                if sentences.numel() == 0:
+                    return results
+                alive, tokens = alive[sentences], tokens[sentences]
+                self_k, self_v = self_k[:, :, sentences], self_v[:, :, sentences]
+                cross_k, cross_v = cross_k[:, sentences], cross_v[:, sentences]
+                src_mask = src_mask[sentences]
 
     @torch.no_grad()
     def forced_logp(self, src: Tensor, tgt_in: Tensor) -> Tensor:

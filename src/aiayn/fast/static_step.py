@@ -93,6 +93,14 @@ class DecoderStep(nn.Module):
         (sentences, 1, 1, src_len), True = may attend.
         -> log-probabilities (rows, vocab) in float32, and this position's keys and values
         (layers, rows, heads, d_k | d_v)."""
+        logits, new_k, new_v = self.logits(tokens, position, self_k, self_v, cross_k, cross_v, src_mask)
+        return logits.log_softmax(dim=-1), new_k, new_v
+
+    def logits(
+        self, tokens: Tensor, position: Tensor, self_k: Tensor, self_v: Tensor,
+        cross_k: Tensor, cross_v: Tensor, src_mask: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+        """The step (`forward`) up to the pre-softmax logits (rows, vocab), in float32."""
         m, rows = self.model, tokens.size(0)
         x = F.embedding(tokens, m.tgt_embed.weight) * m.tgt_embed.scale + position  # (rows, d)
         new_k, new_v = [], []
@@ -115,7 +123,7 @@ class DecoderStep(nn.Module):
             x = self._out(res, x, _linear(ffn.w_2, hidden))
         x = m.decoder_norm(x)  # the pre-LN stack's final norm; the paper's post-LN: none
         logits = _linear(m.out_proj, x)  # (rows, vocab)
-        return logits.float().log_softmax(dim=-1), torch.stack(new_k), torch.stack(new_v)
+        return logits.float(), torch.stack(new_k), torch.stack(new_v)
 
     def _in(self, res: nn.Module, x: Tensor) -> Tensor:
         """A sub-layer's input: x, or LayerNorm(x) in the pre-LN variant (`Residual`)."""
