@@ -17,10 +17,9 @@ copies as much). Encoder-decoder keys stay one per sentence and move only when s
 leave.
 
 A beam search of the default rules runs a loop of its own (`run_whole_steps`), whose step is
-one call of `search_step.SearchStep`: the decoder step, the beam's step and the reorder,
-with the keys and values going in and out of each call (one position longer each time) and
-the strategy's state in `static_beam.StepBeam`. Sentences leave as in `run_search`
-(`decode.search.retire`).
+one call of `search_step.SearchStep`: the decoder step and the beam's step, over the same
+stores, with the strategy's state in `static_beam.StepBeam`. Sentences leave as in
+`run_search` (`decode.search.retire`).
 """
 
 from __future__ import annotations
@@ -96,31 +95,25 @@ class StepSearch(Searcher):
 
     @torch.no_grad()
     def run_whole_steps(self, src: Tensor, strategy: StepBeam, bos_id: int | None = None) -> list[list[Hypothesis]]:
-        """`run_search`'s loop with one `SearchStep` call a step: the decoder step, the beam
-        step (pad and bos forbidden) and the reorder in one. Sentences leave as there."""
+        """`run_search`'s loop with one `SearchStep` call a step: the decoder step and the
+        beam step (pad and bos forbidden) in one. Sentences leave as there."""
         c, batch, beam = self.model.config, src.size(0), strategy.beam
         bos_id = c.bos_id if bos_id is None else bos_id
-        cross_k, cross_v, src_mask = self.source(src)
-        positions = self._positions(int(strategy.max_len.max()), cross_k)
+        steps = self._start(src, int(strategy.max_len.max()), rows=batch * beam)
         forbidden = torch.tensor([c.pad_id, bos_id], device=src.device)
-        shape = (0, len(self.model.decoder), batch, beam, self.shape.heads)
-        self_k, self_v = cross_k.new_empty(*shape, self.shape.d_k), cross_v.new_empty(*shape, self.shape.d_v)
         tokens = torch.full((batch, beam), bos_id, dtype=torch.long, device=src.device)
         alive = torch.arange(batch, device=src.device)  # input index of each active sentence
         results: list[list[Hypothesis]] = [[] for _ in range(batch)]
         while True:
-            out = self.search_step(tokens, positions[self_k.size(0)], self_k, self_v, cross_k,
-                                   cross_v, src_mask, forbidden, *strategy.advance())  # fmt: skip
-            _, tokens, done = strategy.update(out[:9])
-            self_k, self_v = out[9:]  # (positions, layers, sentences, beam, heads, d)
+            rows, tokens, done = steps.search(self.search_step, tokens, forbidden, strategy)
+            sentences = None
             if done.any():
                 sentences = retire(done, alive, strategy, results)  # (still active,)
                 if sentences.numel() == 0:
                     return results
                 alive, tokens = alive[sentences], tokens[sentences]
-                self_k, self_v = self_k[:, :, sentences], self_v[:, :, sentences]
-                cross_k, cross_v = cross_k[:, sentences], cross_v[:, sentences]
-                src_mask = src_mask[sentences]
+                rows = rows.view(done.numel(), -1)[sentences].flatten()
+            steps.reorder(rows, sentences)
 
     @torch.no_grad()
     def forced_logp(self, src: Tensor, tgt_in: Tensor) -> Tensor:
@@ -130,10 +123,11 @@ class StepSearch(Searcher):
         steps = self._start(src, tgt_in.size(1))
         return torch.stack([steps(tgt_in[:, t]) for t in range(tgt_in.size(1))], dim=1)
 
-    def _start(self, src: Tensor, length: int) -> _Steps:
-        """Encode `src` and make room for `length` target positions."""
+    def _start(self, src: Tensor, length: int, rows: int | None = None) -> _Steps:
+        """Encode `src` and make room for `length` target positions of `rows` hypotheses
+        (None: one a sentence)."""
         cross_k, cross_v, src_mask = self.source(src)
-        shape = (length, len(self.model.decoder), src.size(0), self.shape.heads)
+        shape = (length, len(self.model.decoder), rows or src.size(0), self.shape.heads)
         return _Steps(
             step=self.step, positions=self._positions(length, cross_k),
             cross_k=cross_k, cross_v=cross_v, src_mask=src_mask,
@@ -175,6 +169,20 @@ class _Steps:
         )  # fmt: skip
         self.written += 1
         return logp
+
+    def search(self, search_step: Callable, tokens: Tensor, forbidden: Tensor,
+               strategy: StepBeam) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+        """One `SearchStep` of `strategy` for tokens (sentences, beam) fed at the next
+        position, its keys and values stored; -> rows, next tokens (sentences, beam), done."""
+        t, (sentences, beam) = self.written, tokens.shape
+        by_sentence = lambda store: store[:t].unflatten(2, (sentences, beam))  # noqa: E731
+        out = search_step(
+            tokens, self.positions[t], by_sentence(self.self_k), by_sentence(self.self_v),
+            self.cross_k, self.cross_v, self.src_mask, forbidden, *strategy.advance(),
+        )  # fmt: skip
+        self.self_k[t], self.self_v[t] = out[9].flatten(1, 2), out[10].flatten(1, 2)
+        self.written += 1
+        return strategy.update(out[:9])
 
     def reorder(self, rows: Tensor, sentences: Tensor | None) -> None:
         """Keep rows `rows` of the self-attention stores, in that order, and the encoder-
