@@ -59,7 +59,7 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 6  # bumped when the functions' signatures or the build's settings change
+FORMAT = 7  # bumped when the functions' signatures or the build's settings change
 NARROW_OPTIONS = {
     "freezing": True,  # weights as constants, packed once for the chosen products
     "max_autotune": True,  # time Inductor's C++ products against ATen's, per shape
