@@ -1,7 +1,7 @@
 """The decoder step compiled ahead of time, and kept: `static_step.DecoderStep` (a step for
 any search), `SourceKeys` (the encoder and the encoder-decoder keys, once a search) and
-`search_step.SearchStep` (a whole step of beam search: the decoder step, the beam's
-bookkeeping and its reorder) as native functions, built once per model and machine and
+`search_step.SearchStep` (a whole step of beam search: the decoder step and the beam's
+bookkeeping) as native functions, built once per model and machine and
 loaded from aiayn's cache afterwards.
 
     compiled = load_compiled(model)              # None where there is no artifact yet
