@@ -10,7 +10,7 @@ from torch import nn
 from aiayn.cli import main
 from aiayn.errors import ConfigError
 from aiayn.fast.linear import OneDnnLinear as Linear
-from aiayn.fast.int8 import Int8Linear, int8_engine
+from aiayn.fast.int8 import Int8Linear, int8_engine, seven_bits_more_exact
 from aiayn.fast.kv_cache import SharedKVCache
 from aiayn.translate import Translator
 from tiny_checkpoint import save_tiny_checkpoint
@@ -44,10 +44,22 @@ def test_every_linear_map_is_int8_including_the_tied_projection(ckpt):
     assert torch.allclose(int8_logits, float_logits, atol=0.05 * scale)  # ... the same matrix
 
 
+def on_engine(engine: str, fn):
+    """fn() with the quantized engine set to `engine`; the setting is put back."""
+    previous, torch.backends.quantized.engine = torch.backends.quantized.engine, engine
+    try:
+        return fn()
+    finally:
+        torch.backends.quantized.engine = previous
+
+
 def fake_cpu(monkeypatch, amx: bool, vnni: bool) -> None:
-    """Make `int8_engine` see a CPU with or without AMX tiles and AVX-512 VNNI."""
+    """Make `int8_engine` see a CPU with or without AMX tiles and AVX-512 VNNI, oneDNN
+    uncapped."""
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx, raising=False)
     monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda: vnni, raising=False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
 
 
 @pytest.mark.parametrize(("amx", "vnni"), [(True, True), (False, True), (True, False), (False, False)])
@@ -69,10 +81,27 @@ def test_int8_engine_is_onednn_with_amx_or_vnni_and_the_setting_is_put_back(
     model = Translator.from_checkpoint(ckpt, int8=True).model
     assert packed_with and set(packed_with) == {expected}
     assert torch.backends.quantized.engine == default
-    # 8-bit inputs only where the products accumulate in 32 bits (oneDNN), else 7 bits.
+    # 7- or 8-bit inputs, whichever the kernels of the engine packed for make more exact.
     linears = [m for m in model.modules() if isinstance(m, Int8Linear)]
-    assert linears and all(m.reduce_range == (expected != "onednn") for m in linears)
+    assert linears and {m.reduce_range for m in linears} == {on_engine(expected, seven_bits_more_exact)}
     assert isinstance(model.out_proj, Int8Linear)  # the tied pre-softmax projection too
+
+
+@pytest.mark.parametrize(
+    ("variable", "cap", "onednn"),
+    [("ONEDNN_MAX_CPU_ISA", "AVX2", False), ("ONEDNN_MAX_CPU_ISA", "avx512_core", False),
+     ("DNNL_MAX_CPU_ISA", "SSE41", False), ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_VNNI", True),
+     ("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX", True), ("ONEDNN_MAX_CPU_ISA", "ALL", True)],
+)  # fmt: skip
+def test_int8_engine_keeps_the_default_where_onednn_is_capped_below_vnni(monkeypatch, variable, cap, onednn):
+    """On an AMX CPU run with AVX2's kernels (`ONEDNN_MAX_CPU_ISA=AVX2`), oneDNN's u8 x s8
+    products add in 16 bits: the 8-bit inputs that an uncapped AMX CPU may keep would
+    saturate, so the engine is the default, as on a CPU without VNNI."""
+    fake_cpu(monkeypatch, amx=True, vnni=True)
+    monkeypatch.setenv(variable, cap)
+    if "onednn" not in torch.backends.quantized.supported_engines:
+        pytest.skip("this PyTorch has no oneDNN quantized engine")
+    assert int8_engine() == ("onednn" if onednn else torch.backends.quantized.engine)
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["bf16-products", "no-bf16"])
@@ -116,7 +145,8 @@ def test_int8_cache_keeps_encoder_decoder_keys_in_bfloat16_where_the_cpu_multipl
 def test_int8_inputs_keep_8_bits_only_where_they_are_the_more_exact(ckpt):
     """Relative error of one product against float32, on the engine `int8_engine` picks
     here: with 32-bit sums (AMX, AVX-512 VNNI) 8-bit inputs ~1.1%, 7-bit ~2.1%; without,
-    8-bit inputs overflow the 16-bit sums (~8%). The model packs the more exact one."""
+    8-bit inputs overflow the 16-bit sums (~8%). The model packs the more exact one, which
+    `seven_bits_more_exact` measures on a product of its own (other weights and inputs)."""
     gen = torch.Generator().manual_seed(0)
     linear = nn.Linear(512, 1024)
     x = torch.randn(128, 512, generator=gen)  # (tokens, d_model)
@@ -162,10 +192,11 @@ def test_packed_weights_are_pytorchs_dynamic_quantization(cls, bias):
 @pytest.mark.parametrize("tied", [True, False])
 def test_int8_log_probs_are_close_to_float32(tmp_path, tied):
     """Teacher-forced log P over the whole vocabulary, float32 against int8, with the int8
-    kernels this CPU runs (`int8_engine`: oneDNN with 8-bit inputs on AMX or AVX-512 VNNI,
-    else PyTorch's default engine with 7-bit inputs). The choice itself is tested above,
-    without running kernels: a CPU without exact 32-bit sums that ran oneDNN's u8 x s8
-    products would saturate their 16-bit pair sums (max error 1.4-2.2 here), which no CPU does.
+    kernels this CPU runs (`int8_engine`: oneDNN on AMX or AVX-512 VNNI, else PyTorch's
+    default engine; 7- or 8-bit inputs as measured more exact). The choice of engine is
+    tested above, without running kernels: a CPU without exact 32-bit sums that ran
+    oneDNN's u8 x s8 products with 8-bit inputs would saturate their 16-bit pair sums (max
+    error 1.4-2.2 here), which no CPU does.
 
     8-bit weights (a scale per row) and 7- or 8-bit inputs (a scale per call) put an error
     of about 1-2% on each product; at this tiny size (d_model 16) that measured at most
@@ -176,7 +207,7 @@ def test_int8_log_probs_are_close_to_float32(tmp_path, tied):
     ckpt = save_tiny_checkpoint(tmp_path / "ckpt", tie_embeddings=tied)
     exact = Translator.from_checkpoint(ckpt).model
     int8 = Translator.from_checkpoint(ckpt, int8=True).model
-    seven_bits = int8_engine() != "onednn"
+    seven_bits = on_engine(int8_engine(), seven_bits_more_exact)
     assert {m.reduce_range for m in int8.modules() if isinstance(m, Int8Linear)} == {seven_bits}
     gen = torch.Generator().manual_seed(1)
     vocab = exact.config.vocab_size

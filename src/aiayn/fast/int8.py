@@ -23,6 +23,7 @@ deprecated in favour of torchao (not a dependency) but works; its warnings are s
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
@@ -44,9 +45,9 @@ def quantize_int8(model: Transformer) -> Transformer:
     # The engine in use when the weights are packed is the one their products run on; the
     # process-wide setting is put back at once.
     previous, engine = torch.backends.quantized.engine, int8_engine()
-    reduce_range = engine != "onednn"
     torch.backends.quantized.engine = engine
     try:
+        reduce_range = seven_bits_more_exact()
         for name, module in list(model.named_modules()):
             if isinstance(module, nn.Linear):  # the tied pre-softmax projection included
                 model.set_submodule(name, Int8Linear.pack(module.weight, module.bias, reduce_range))
@@ -100,16 +101,46 @@ def int8_engine() -> str:
     """The int8 kernels to pack for: oneDNN on CPUs with AMX tiles or AVX-512 VNNI, whose
     u8 x s8 products add up in 32 bits (so inputs may keep 8 bits, `Int8Linear`), else
     PyTorch's default. Without either, oneDNN's u8 x s8 kernels go through 16-bit sums as
-    fbgemm's do (oneDNN's guide, "Nuances of int8 Computations"): the default stays.
+    fbgemm's do (oneDNN's guide, "Nuances of int8 Computations"): the default stays. So it
+    stays where `ONEDNN_MAX_CPU_ISA` caps oneDNN below VNNI (e.g. AVX2 on an AMX machine).
     """
     # Both checks are private in torch 2.13; a version without them counts as neither.
     exact_sums = any(
         getattr(torch.cpu, check, lambda: False)()
         for check in ("_is_amx_tile_supported", "_is_vnni_supported")
     )
-    if exact_sums and "onednn" in torch.backends.quantized.supported_engines:
+    if exact_sums and not _capped_below_vnni() and "onednn" in torch.backends.quantized.supported_engines:
         return "onednn"
     return torch.backends.quantized.engine
+
+
+def seven_bits_more_exact() -> bool:
+    """Whether the engine in use gives more exact products with inputs quantized to 7 bits
+    than to 8, measured on one seeded product (d_model 512 -> 256) against float32.
+
+    Where the kernels add u8 x s8 pairs in 16-bit sums (fbgemm or oneDNN without VNNI or
+    AMX), 8-bit inputs saturate them and 7 bits win; with 32-bit sums 8 bits do. Which
+    kernels run depends on the CPU, the engine and the ISA caps in the environment
+    (fbgemm ignores oneDNN's), so the choice is measured rather than inferred.
+    """
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(256, 512, generator=gen) / 512**0.5  # (out, in)
+    x = torch.randn(64, 512, generator=gen)  # (tokens, in)
+    with torch.no_grad():
+        exact = x @ weight.T  # (tokens, out)
+        errors = [(Int8Linear.pack(weight, None, seven)(x) - exact).norm().item() for seven in (False, True)]
+    return errors[1] < errors[0]
+
+
+# oneDNN's ISA caps (its `ONEDNN_MAX_CPU_ISA`, formerly `DNNL_MAX_CPU_ISA`) that leave out
+# every 8-bit dot product with 32-bit sums (VNNI, AMX); the caps above them keep it.
+_CAPS_BELOW_VNNI = frozenset({"SSE41", "AVX", "AVX2", "AVX512_CORE", "AVX512_MIC", "AVX512_MIC_4OPS"})
+
+
+def _capped_below_vnni() -> bool:
+    """Whether the environment caps oneDNN's kernels below VNNI."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA") or os.environ.get("DNNL_MAX_CPU_ISA") or ""
+    return cap.strip().upper() in _CAPS_BELOW_VNNI
 
 
 def cross_store_dtype() -> torch.dtype | None:
