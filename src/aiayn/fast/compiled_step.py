@@ -59,7 +59,7 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 7  # bumped when the functions' signatures or the build's settings change
+FORMAT = 8  # bumped when the functions' signatures or the build's settings change
 NARROW_OPTIONS = {
     "freezing": True,  # weights as constants, packed once for the chosen products
     "max_autotune": True,  # time Inductor's C++ products against ATen's, per shape
@@ -328,7 +328,9 @@ def _search_step_program(model) -> torch.export.ExportedProgram:
     self_k, self_v = (x.view(earlier, x.size(1), sentences, beam, *x.shape[3:]) for x in step[2:4])
     example = (
         step[0].view(sentences, beam), step[1], self_k, self_v, *step[4:],
-        torch.tensor([c.pad_id, c.bos_id]), torch.zeros(sentences, beam),
+        torch.tensor([c.pad_id, c.bos_id]),
+        torch.cat([self_k, self_k[:1]]), torch.cat([self_v, self_v[:1]]),  # the kept stores
+        torch.zeros(sentences, beam),
         torch.zeros(sentences, beam, width, dtype=torch.long), torch.zeros(sentences, nbest),
         torch.zeros(sentences, nbest), torch.zeros(sentences, nbest, dtype=torch.long),
         torch.zeros(sentences, nbest, width, dtype=torch.long),
@@ -341,6 +343,7 @@ def _search_step_program(model) -> torch.export.ExportedProgram:
     state = ({0: b, 1: k}, {0: b, 1: k, 2: w}, {0: b, 1: m}, {0: b, 1: m}, {0: b, 1: m},
              {0: b, 1: m, 2: w}, {0: b}, {0: b}, None, None)  # `StepBeam.advance`'s
     dynamic = ({0: b, 1: k}, None, {0: t, 2: b, 3: k}, {0: t, 2: b, 3: k}, {1: b, 3: n},
-               {1: b, 3: n}, {0: b, 3: n}, None, state)  # fmt: skip
+               {1: b, 3: n}, {0: b, 3: n}, None, {0: t + 1, 2: b, 3: k}, {0: t + 1, 2: b, 3: k},
+               state)  # fmt: skip
     with torch.no_grad():
         return torch.export.export(SearchStep(model).eval(), example, dynamic_shapes=dynamic)

@@ -6,16 +6,19 @@ passed from one to the next.
 
     step = SearchStep(model)  # eos: the model's
     out = step(tokens, position, self_k, self_v, cross_k, cross_v, src_mask, forbidden,
-               *beam.advance())  # beam: a `static_beam.StepBeam`
-    rows, tokens, done = beam.update(out[:9]); new_k, new_v = out[9:]
+               kept_k, kept_v, *beam.advance())  # beam: a `static_beam.StepBeam`
+    rows, tokens, done = beam.update(out)  # kept_k, kept_v: written
 
 Every sentence has `beam` rows from the first step on: bos in each, the rows after the first
 with score -inf (`StepBeam`'s start), so every candidate of the first step comes from the
 first row and the rows agree on what they hold. The earlier keys and values come in as
-(positions, layers, sentences, beam, heads, d), a view of the caller's store; this
-position's go out, and the caller stores them and reorders the store by `rows` into one it
-keeps (`static_search`): a function that returned the reordered keys would allocate them
-anew at every step, which on a wide batch of a base-sized model costs more than the step.
+(positions, layers, sentences, beam, heads, d), a view of the caller's store. The step
+writes them and this position's, reordered by the rows the beam keeps, into `kept_k` and
+`kept_v` (positions + 1, ...), views of a second store the caller owns and swaps in for
+the next step (`static_search`). Writing into the caller's tensors, not returning new ones,
+spares a compiled step an allocation of the whole store at every step, which on a wide
+batch of a base-sized model costs more than the step; reordering inside the step spares a
+small model the calls around it.
 """
 
 from __future__ import annotations
@@ -37,18 +40,22 @@ class SearchStep(nn.Module):
 
     def forward(
         self, tokens: Tensor, position: Tensor, self_k: Tensor, self_v: Tensor, cross_k: Tensor,
-        cross_v: Tensor, src_mask: Tensor, forbidden: Tensor, *state: Tensor,
+        cross_v: Tensor, src_mask: Tensor, forbidden: Tensor, kept_k: Tensor, kept_v: Tensor,
+        *state: Tensor,
     ) -> tuple[Tensor, ...]:  # fmt: skip
         """tokens (sentences, beam) fed now; position (d_model,) their positional encoding;
         self_k, self_v (earlier, layers, sentences, beam, heads, d_k | d_v); cross_k,
         cross_v, src_mask as `DecoderStep` takes them; forbidden (ids,) the tokens never
-        generated; state: `StepBeam.advance`'s. -> `BeamStep`'s outputs (the next tokens
-        (sentences, beam)), then this position's keys and values (layers, sentences, beam,
-        heads, d_k | d_v), in the order of the rows fed."""
+        generated; kept_k, kept_v (earlier + 1, layers, sentences, beam, heads, d_k | d_v)
+        written: every position's keys and values, the rows in the order the beam keeps them;
+        state: `StepBeam.advance`'s. -> `BeamStep`'s outputs (the next tokens (sentences,
+        beam))."""
         sentences, beam = tokens.shape
         logits, new_k, new_v = self.step.logits(tokens.flatten(), position, self_k.flatten(2, 3),
                                                 self_v.flatten(2, 3), cross_k, cross_v, src_mask)  # fmt: skip
         out = self.beam(logits.view(sentences, beam, -1), forbidden, *state)  # logits (rows, vocab)
-        return (out[0], out[1].view(sentences, beam), *out[2:],
-                new_k.view(new_k.size(0), sentences, beam, *new_k.shape[2:]),
-                new_v.view(new_v.size(0), sentences, beam, *new_v.shape[2:]))  # fmt: skip
+        rows = out[0]  # (sentences * beam,) the parent of each kept hypothesis
+        for kept, store, new in ((kept_k, self_k, new_k), (kept_v, self_v, new_v)):
+            every = torch.cat([store.flatten(2, 3), new[None]])  # (earlier + 1, layers, rows, heads, d)
+            kept.copy_(every.index_select(2, rows).view(kept.shape))
+        return (rows, out[1].view(sentences, beam), *out[2:])

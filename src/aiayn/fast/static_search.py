@@ -17,9 +17,10 @@ copies as much). Encoder-decoder keys stay one per sentence and move only when s
 leave.
 
 A beam search of the default rules runs a loop of its own (`run_whole_steps`), whose step is
-one call of `search_step.SearchStep`: the decoder step and the beam's step, over the same
-stores, with the strategy's state in `static_beam.StepBeam`. Sentences leave as in
-`run_search` (`decode.search.retire`).
+one call of `search_step.SearchStep`: the decoder step and the beam's step, with the
+strategy's state in `static_beam.StepBeam`. The step itself writes the reordered stores
+into the second one, so the driver only swaps them; a copy is left to the driver only
+where sentences leave (`run_search`'s rule, `decode.search.retire`).
 """
 
 from __future__ import annotations
@@ -104,16 +105,15 @@ class StepSearch(Searcher):
         tokens = torch.full((batch, beam), bos_id, dtype=torch.long, device=src.device)
         alive = torch.arange(batch, device=src.device)  # input index of each active sentence
         results: list[list[Hypothesis]] = [[] for _ in range(batch)]
-        while True:
-            rows, tokens, done = steps.search(self.search_step, tokens, forbidden, strategy)
-            sentences = None
+        while True:  # each step reorders the stores by the rows kept (`SearchStep`)
+            _, tokens, done = steps.search(self.search_step, tokens, forbidden, strategy)
             if done.any():
                 sentences = retire(done, alive, strategy, results)  # (still active,)
                 if sentences.numel() == 0:
                     return results
                 alive, tokens = alive[sentences], tokens[sentences]
-                rows = rows.view(done.numel(), -1)[sentences].flatten()
-            steps.reorder(rows, sentences)
+                rows = torch.arange(done.numel() * beam, device=src.device).view(done.numel(), beam)
+                steps.reorder(rows[sentences].flatten(), sentences)
 
     @torch.no_grad()
     def forced_logp(self, src: Tensor, tgt_in: Tensor) -> Tensor:
@@ -173,25 +173,34 @@ class _Steps:
     def search(self, search_step: Callable, tokens: Tensor, forbidden: Tensor,
                strategy: StepBeam) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
         """One `SearchStep` of `strategy` for tokens (sentences, beam) fed at the next
-        position, its keys and values stored; -> rows, next tokens (sentences, beam), done."""
+        position: it writes the positions so far, reordered by the kept rows, into the spare
+        stores, which become the stores; -> rows, next tokens (sentences, beam), done."""
         t, (sentences, beam) = self.written, tokens.shape
-        by_sentence = lambda store: store[:t].unflatten(2, (sentences, beam))  # noqa: E731
+        by_sentence = lambda store, n: store[:n].unflatten(2, (sentences, beam))  # noqa: E731
+        if self.spare_k is None or self.spare_k.size(2) != self.self_k.size(2):
+            self.spare_k, self.spare_v = torch.empty_like(self.self_k), torch.empty_like(self.self_v)
         out = search_step(
-            tokens, self.positions[t], by_sentence(self.self_k), by_sentence(self.self_v),
-            self.cross_k, self.cross_v, self.src_mask, forbidden, *strategy.advance(),
+            tokens, self.positions[t], by_sentence(self.self_k, t), by_sentence(self.self_v, t),
+            self.cross_k, self.cross_v, self.src_mask, forbidden,
+            by_sentence(self.spare_k, t + 1), by_sentence(self.spare_v, t + 1), *strategy.advance(),
         )  # fmt: skip
-        self.self_k[t], self.self_v[t] = out[9].flatten(1, 2), out[10].flatten(1, 2)
+        self.self_k, self.spare_k = self.spare_k, self.self_k
+        self.self_v, self.spare_v = self.spare_v, self.self_v
         self.written += 1
-        return strategy.update(out[:9])
+        return strategy.update(out)
 
     def reorder(self, rows: Tensor, sentences: Tensor | None) -> None:
         """Keep rows `rows` of the self-attention stores, in that order, and the encoder-
         decoder keys of `sentences` (None: every sentence stays)."""
         if sentences is not None:
-            self.cross_k, self.cross_v = self.cross_k[:, sentences], self.cross_v[:, sentences]
-            self.src_mask = self.src_mask[sentences]
+            self.keep(sentences)
         self.self_k, self.spare_k = _reorder(self.self_k, self.spare_k, rows, self.written)
         self.self_v, self.spare_v = _reorder(self.self_v, self.spare_v, rows, self.written)
+
+    def keep(self, sentences: Tensor) -> None:
+        """Keep the encoder-decoder keys of `sentences` (still active,) only."""
+        self.cross_k, self.cross_v = self.cross_k[:, sentences], self.cross_v[:, sentences]
+        self.src_mask = self.src_mask[sentences]
 
 
 def _reorder(store: Tensor, spare: Tensor | None, rows: Tensor, written: int) -> tuple[Tensor, Tensor]:
