@@ -182,6 +182,7 @@ class _Steps:
         out = search_step(
             tokens, self.positions[t], by_sentence(self.self_k, t), by_sentence(self.self_v, t),
             self.cross_k, self.cross_v, self.src_mask, forbidden,
+            by_sentence(self.self_k, t + 1), by_sentence(self.self_v, t + 1),
             by_sentence(self.spare_k, t + 1), by_sentence(self.spare_v, t + 1), *strategy.advance(),
         )  # fmt: skip
         self.self_k, self.spare_k = self.spare_k, self.self_k
