@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import time
 import warnings
 
@@ -270,7 +271,12 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     weights loads the stored library instead of building."""
     core = _model(seed=1, vocab_size=40)
     monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
+    builders, build = [], compiled_module._build
+    monkeypatch.setattr(compiled_module, "_build", lambda *args: builders.extend(build(*args)))
     model, search = fast.for_inference(copy.deepcopy(core), compile="always")
+    cpus = len(os.sched_getaffinity(0))  # the six libraries built side by side on them
+    assert len(builders) == 6 and len(set(builders)) == min(6, cpus)
+    assert (os.getpid() in builders) == (cpus == 1)
     assert isinstance(search, StepSearch) and search.step is not search.shape
     assert search.kind == "compiled decoder step" and StepSearch(model).kind == "decoder step"
     rows_here = rows_file(artifact_path(model))  # the crossovers at this thread count

@@ -39,9 +39,11 @@ only from there; one that fails to load is built again.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import hashlib
 import json
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -235,28 +237,63 @@ def _seconds(function: Callable, inputs: tuple, budget: float = 0.01) -> float:
     return elapsed / calls
 
 
-def _build(model, path: Path) -> None:
+def _build(model, path: Path) -> list[int]:
     """Export `DecoderStep(model)`, `SourceKeys(model)` and `SearchStep(model)` with dynamic
-    dimensions, compile each with AOTInductor (narrow and wide),
+    dimensions, compile each with AOTInductor (narrow and wide, `compile_all`),
     and move the packages to the directory `path` (built aside and renamed: a reader never
-    sees half)."""
+    sees half); -> the ids of the processes that compiled them."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=path.parent, prefix=".build-")
     try:
         programs = {"step": _step_program, "source": _source_program,
                     "search_step": _search_step_program}  # fmt: skip
+        jobs = []
+        for name in reversed(Compiled._fields):  # the search step first: the longest build
+            program = f"{tmp}/{name}.program"
+            torch.export.save(programs[name](model), program)
+            jobs += [(program, f"{tmp}/{name}.pt2", NARROW_OPTIONS),
+                     (program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS)]  # fmt: skip
+        workers = compile_all(jobs)
         for name in Compiled._fields:
-            program = programs[name](model)
-            _compile(program, f"{tmp}/{name}.pt2", NARROW_OPTIONS)
-            _compile(program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS)
+            os.remove(f"{tmp}/{name}.program")
         if path.exists():  # a damaged artifact (it failed to load): this build replaces it
             shutil.rmtree(path)
         os.replace(tmp, path)
+        return workers
     except OSError:
         if not path.exists():  # else another process renamed its build there first: kept
             raise
+        return []
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def compile_all(jobs: list[tuple[str, str, dict]]) -> list[int]:
+    """Each job (a saved exported program, its package's path, Inductor's options) compiled,
+    in as many processes at once as this process may use CPUs (up to one a job); -> the
+    ids of the processes that compiled them, in the jobs' order.
+
+    Most of a build is the C++ compiler and Inductor's code generation, one core each, so
+    on several cores the six packages build side by side. The processes are started
+    afresh (not forked from one holding PyTorch's thread pools) and compile with this
+    process's thread count, for which Inductor blocks its C++ matrix products.
+    """
+    threads = torch.get_num_threads()
+    workers = min(len(jobs), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                  else os.cpu_count() or 1)  # fmt: skip
+    if workers <= 1:
+        return [_compile_saved(*job, threads) for job in jobs]
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+        futures = [pool.submit(_compile_saved, *job, threads) for job in jobs]
+        return [future.result() for future in futures]
+
+
+def _compile_saved(program: str, package: str, options: dict, threads: int) -> int:
+    """Compile the exported program saved at `program` into `package`; -> this process's id."""
+    torch.set_num_threads(threads)
+    _compile(torch.export.load(program), package, options)
+    return os.getpid()
 
 
 def _compile(program: torch.export.ExportedProgram, package: str, options: dict) -> None:
