@@ -11,13 +11,14 @@ sqrt(d_model) tied to the output projection, LayerNorm eps 1e-6), saved as a che
 with an 8000-piece sentencepiece vocabulary (`benchmark_vocab`: pieces of made-up words;
 only their ids and names matter) and exported with `aiayn export` to CTranslate2 (float32,
 and int8 weights) and to a `MarianMTModel`, so every system computes the same function.
-aiayn runs in float32 and with int8 weights (`aiayn.fast.int8`). Its float32 system on a
-CPU searches as a `Translator` does by default once the model's compiled decoder step is
-built (`aiayn.fast.compiled_step`, `--compile always`, the default): the benchmark builds it
-first ("compile_seconds", not counted in the timings; about 0 where the cache held it) and
-checks it like the rest; `--compile never` times the eager fast path (`FastSearch`). The
-row counts from which the compiled step's wide libraries serve, as their build measured,
-are in "compiled_wide_from_rows".
+aiayn runs in float32 and with int8 weights (`aiayn.fast.int8`). Both its systems on a
+CPU search as a `Translator` does by default once the model's compiled decoder step is
+built (`aiayn.fast.compiled_step`, `--compile always`, the default): the benchmark builds
+them first ("compile_seconds", "compile_seconds_int8": not counted in the timings; about 0
+where the cache held them) and checks them like the rest; `--compile never` times the eager
+fast path (`FastSearch`). "aiayn_search" and "aiayn_int8_search" name the search each ran.
+The row counts from which the float32 step's wide libraries serve, as their build
+measured, are in "compiled_wide_from_rows".
 
 What is the same in every system: the weights, the sources and their batches, beam 4 with
 alpha 0.6, the forced output length, the threads. What is not: each library's own kernels
@@ -386,7 +387,7 @@ class Job:
     device: str
     dtype: str
     threads: int
-    compile: str  # aiayn float32 on a CPU: its compiled step ("always") or not ("never")
+    compile: str  # aiayn float32 and int8 on a CPU: their compiled steps ("always") or not ("never")
     names: list[str]  # the vocabulary's pieces (CTranslate2 takes tokens by name)
     batches: list[list[list[int]]]
     out_len: int
@@ -441,7 +442,7 @@ def _timing_process(conn, name: str, job: Job) -> None:
     torch.set_num_threads(job.threads)
     model = load_system(name, job.tmp, job.device, job.dtype)
     built = {}
-    if name == f"aiayn_{job.dtype}" and job.compile == "always":
+    if name in (f"aiayn_{job.dtype}", "aiayn_int8") and job.compile == "always":
         search, _ = compiled_search(model)  # loaded from the cache the parent's build filled
         built = {name: search} if search is not None else {}
     run = runner(name, job.device, job.names, built)
@@ -484,7 +485,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--latency", action="store_true",
                         help="one sentence a call (batch 1): milliseconds per sentence")
     parser.add_argument("--compile", choices=("always", "never"), default="always",
-                        help="aiayn float32 on a CPU: its compiled decoder step, built first "
+                        help="aiayn float32 and int8 on a CPU: their compiled decoder steps, built first "
                         "(always), or the eager fast path (never)")
     add_arguments(parser)
     args = parser.parse_args()
@@ -503,15 +504,22 @@ def main() -> None:
     batches = [[sents[i] for i in g] for g in groups(sents, args.max_tokens, args.batch_size)]
     with tempfile.TemporaryDirectory() as tmp:
         systems, names = build_systems(config, args.device, args.dtype, tmp)
-        built, compile_seconds = {}, None
+        built, compile_seconds = {}, {}
         if args.compile == "always":
-            search, compile_seconds = compiled_search(systems[f"aiayn_{args.dtype}"])
-            built = {f"aiayn_{args.dtype}": search} if search is not None else {}
+            for name in (f"aiayn_{args.dtype}", "aiayn_int8"):
+                if systems.get(name) is None:
+                    continue
+                search, compile_seconds[name] = compiled_search(systems[name])
+                if search is not None:
+                    built[name] = search
         agree = agreement(systems, sents[:CHECK_SENTENCES], args.out_len, args.device, names,
                           built)  # fmt: skip
         live = [name for name, model in systems.items() if model is not None]
-        search = {"aiayn_search": "compiled decoder step" if built else "eager fast path",
-                  "compile_seconds": compile_seconds, "compiled_wide_from_rows": wide_from_rows(built)}  # fmt: skip
+        ours = f"aiayn_{args.dtype}"
+        search = {"aiayn_search": "compiled decoder step" if ours in built else "eager fast path",
+                  "aiayn_int8_search": "compiled decoder step" if "aiayn_int8" in built else "eager fast path",
+                  "compile_seconds": compile_seconds.get(ours), "compile_seconds_int8": compile_seconds.get("aiayn_int8"),
+                  "compiled_wide_from_rows": wide_from_rows({k: v for k, v in built.items() if k == ours})}  # fmt: skip
         del systems, built  # the timed systems are loaded again, each in its own process
         job = Job(tmp, args.device, args.dtype, torch.get_num_threads(), args.compile, names,
                   batches, args.out_len)  # fmt: skip

@@ -317,7 +317,7 @@ def _add_compile_option(p: argparse.ArgumentParser, auto: str) -> None:
     from aiayn.config import COMPILE
 
     p.add_argument("--compile", choices=COMPILE, default="auto",
-                   help="run each decoder step as one compiled function (float32 CPU models): "
+                   help="run each decoder step as one compiled function (float32 CPU models, --int8 too): "
                    f"auto = where {auto}; always = compile it now if it is not (tens of "
                    "seconds once, kept in the cache for later runs); never = not (auto)")  # fmt: skip
 

@@ -10,7 +10,7 @@ from torch import nn
 from aiayn.cli import main
 from aiayn.errors import ConfigError
 from aiayn.fast.linear import OneDnnLinear as Linear
-from aiayn.fast.int8 import Int8Linear, int8_engine, seven_bits_more_exact
+from aiayn.fast.int8 import Int8Linear, int8_engine, onednn_sums_exact, seven_bits_more_exact
 from aiayn.fast.kv_cache import SharedKVCache
 from aiayn.translate import Translator
 from tiny_checkpoint import save_tiny_checkpoint
@@ -257,3 +257,27 @@ def test_quantizing_prints_no_deprecation_warnings(ckpt):
         warnings.simplefilter("always")
         Translator.from_checkpoint(ckpt, int8=True)
     assert not [w for w in caught if "deprecated" in str(w.message)]
+
+
+@pytest.mark.parametrize("seven", [False, True], ids=["8-bit inputs", "7-bit inputs"])
+@pytest.mark.parametrize("cap", [None, "AVX2"], ids=["no cap", "oneDNN capped to AVX2"])
+def test_the_traced_form_computes_the_packed_product(seven, cap, monkeypatch):
+    """`Int8Linear.graph_form` (what a compiler traces) gives `linear_dynamic`'s product: the
+    same int8 weights and scales, the input quantized per tensor to the same levels."""
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    if cap:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    else:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    torch.manual_seed(0)
+    linear = nn.Linear(48, 24)
+    int8 = Int8Linear.pack(linear.weight, linear.bias, seven)
+    x = torch.randn(2, 5, 48)  # (batch, tokens, in): one input scale over all of it
+    # 8 bits only where oneDNN (a compiled step's products) adds in 32 bits
+    assert int8.input_max == (255 if not seven and onednn_sums_exact() else 127)
+    reduce_range = int8.input_max == 127
+    packed = torch.ops.quantized.linear_dynamic(x, int8.packed, reduce_range=reduce_range)
+    torch.testing.assert_close(int8.graph_form(x), packed, atol=1e-5, rtol=0)
+    assert int8.weight_int8.dtype == torch.int8
+    weight, _ = torch.ops.quantized.linear_unpack(int8.packed)
+    assert torch.equal(int8.weight_int8, weight.int_repr())

@@ -11,8 +11,10 @@ import copy
 import dataclasses
 import json
 import os
+import re
 import time
 import warnings
+import zipfile
 
 import pytest
 import torch
@@ -153,6 +155,25 @@ def test_the_compiled_search_step_of_a_large_vocabulary_finds_the_eager_ones_hyp
         _same(StepSearch(model, search_step=compiled)(SOURCES, config), eager(SOURCES, config))
 
 
+@pytest.mark.slow
+def test_the_compiled_int8_search_step_multiplies_in_int8_and_finds_the_eager_ones_hypotheses(tmp_path):
+    """An int8 model's whole search step compiled (frozen, `compiled_step._compile`) calls
+    oneDNN's int8 products, with no float product left, and finds the eager int8
+    `SearchStep`'s hypotheses (`linear_dynamic`'s products) for every beam config."""
+    model = quantize_int8(fast.apply(_model(vocab_size=40)))
+    package = tmp_path / "search.pt2"
+    compiled_module._compile(compiled_module._search_step_program(model), str(package),
+                             compiled_module.WIDE_OPTIONS, frozen=True)  # fmt: skip
+    with zipfile.ZipFile(package) as zipped:
+        wrapper = next(zipped.read(n).decode() for n in zipped.namelist() if n.endswith("wrapper.cpp"))
+    products = set(re.findall(r"aoti_torch_cpu_(\w*(?:linear|mm)\w*)\(", wrapper))
+    assert products and all(p.startswith("_qlinear_pointwise") for p in products), products
+    compiled = compiled_module._Loaded(torch._inductor.aoti_load_package(str(package)))
+    eager = StepSearch(model, search_step=SearchStep(model))
+    for config in BEAMS.values():
+        _same(StepSearch(model, search_step=compiled)(SOURCES, config), eager(SOURCES, config))
+
+
 @pytest.mark.parametrize("kind", ["paper", "pre-LN"])
 def test_teacher_forcing_through_the_step_gives_the_core_log_probabilities(kind):
     core = _model(**KINDS[kind]).double()
@@ -190,7 +211,7 @@ def test_models_the_step_does_not_compute_keep_the_other_searches():
     with pytest.raises(ValueError, match="window"):
         DecoderStep(_model(attention_window=2))
     int8 = quantize_int8(fast.apply(_model()))
-    assert not supports(int8) and not can_compile(int8)
+    assert supports(int8) and can_compile(int8)  # int8 products compile too
     assert not can_compile(_model().double())  # float32 only
     for model, kind in ((_model(attention_window=2), FastSearch), (_model(), FastSearch)):
         search = fast.for_inference(model, compile="never").search

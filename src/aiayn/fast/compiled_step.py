@@ -18,16 +18,17 @@ call. The rows, sentences, source length (2 to `max_len` tokens: a source holds 
 its eos) and decoded positions are dynamic dimensions, so one library serves every batch a
 search meets; so are the beam's width, the n-best and the output length in `SearchStep`.
 
-The right product for each width. The weights are folded in as constants (`freezing`) and
-packed once, and each function is built twice: a *narrow* library, in
-which Inductor's own C++ matrix products are timed against ATen's (`max_autotune`) at the
-export example's few rows and the faster kept, and a *wide* one with ATen's packed products
-(MKL's or oneDNN's, which are tuned for many rows). A choice timed at 4 rows is kept for
-every row count, and the C++ products that win one sentence at a time lose wide batches; so
-both libraries are timed on inputs of growing width (`crossover`), and a call takes the
-wide one from the measured row count on (`ByRows`). The timing is done where the artifact is
-first loaded with a thread count (the crossover moves with it) and kept beside the
-libraries (`rows_file`: the counts and the timings).
+The right product for each width. Each function is built twice: a *narrow* library, in
+which Inductor times its candidate kernels (`max_autotune`) at the export example's few
+rows and keeps the faster, and a *wide* one with its default choices. A choice timed at a
+few rows is kept for every row count, and what wins one sentence at a time can lose wide
+batches; so both libraries are timed on inputs of growing width (`crossover`), and a call
+takes the wide one from the measured row count on (`ByRows`). The timing is done where the
+artifact is first loaded with a thread count (the crossover moves with it) and kept beside
+the libraries (`rows_file`: the counts and the timings). Inductor's own C++ matrix products
+are candidates only for weights folded in as constants (`freezing`), which float32 builds
+go without (`_compile`): their products are ATen's (MKL's). An int8 model's are oneDNN's
+int8 products, its weights packed once.
 
 The artifact, a directory of the six packages (and the crossovers timed with each thread
 count), is keyed by everything that makes it valid: the weights and config (a hash of
@@ -55,21 +56,22 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from aiayn.fast.int8 import Int8Linear
 from aiayn.fast.linear import cache_dir, machine_digest
 from aiayn.fast.static_beam import widest_beam
 from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 9  # bumped when the functions' signatures or the build's settings change
+FORMAT = 10  # bumped when the functions' signatures or the build's settings change
 NARROW_OPTIONS = {
-    "freezing": True,  # weights as constants, packed once for the chosen products
-    "max_autotune": True,  # time Inductor's C++ products against ATen's, per shape
+    "freezing": True,  # weights as constants, packed once, where `_compile` freezes
+    "max_autotune": True,  # time Inductor's candidate kernels, per shape
     "max_autotune_gemm_backends": "CPP,ATEN",
     "max_autotune_report_choices_stats": False,  # the timings are not the user's business
     "autotune_num_choices_displayed": 0,
 }
-WIDE_OPTIONS = {"freezing": True}  # ATen's packed products, which suit many rows
+WIDE_OPTIONS = {"freezing": True}  # Inductor's default choices
 # The widths at which the two libraries are timed: decoder rows (sentences x beam), and the
 # source's tokens (sentences x `SOURCE_LEN`).
 STEP_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -106,11 +108,16 @@ def load_compiled(model, build: bool = False, cache: Path | None = None) -> Comp
 
 def can_compile(model) -> bool:
     """Whether this step compiles here: a model `DecoderStep` supports, float32 on the CPU
-    (AOTInductor's C++ backend), in eval mode."""
+    (AOTInductor's C++ backend), its products in float32 or int8, in eval mode."""
     if not supports(model):
         return False
-    weight = model.output_weight
+    weight = model.tgt_embed.weight  # float in every model, int8 ones too
     return weight.device.type == "cpu" and weight.dtype == torch.float32 and not model.training
+
+
+def is_int8(model) -> bool:
+    """Whether `model`'s products are int8 (`int8.quantize_int8`)."""
+    return any(isinstance(m, Int8Linear) for m in model.modules())
 
 
 def artifact_path(model, cache: Path | None = None) -> Path:
@@ -247,12 +254,12 @@ def _build(model, path: Path) -> list[int]:
     try:
         programs = {"step": _step_program, "source": _source_program,
                     "search_step": _search_step_program}  # fmt: skip
-        jobs = []
+        jobs, frozen = [], is_int8(model)
         for name in reversed(Compiled._fields):  # the search step first: the longest build
             program = f"{tmp}/{name}.program"
             torch.export.save(programs[name](model), program)
-            jobs += [(program, f"{tmp}/{name}.pt2", NARROW_OPTIONS),
-                     (program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS)]  # fmt: skip
+            jobs += [(program, f"{tmp}/{name}.pt2", NARROW_OPTIONS, frozen),
+                     (program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS, frozen)]  # fmt: skip
         workers = compile_all(jobs)
         for name in Compiled._fields:
             os.remove(f"{tmp}/{name}.program")
@@ -268,8 +275,9 @@ def _build(model, path: Path) -> list[int]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def compile_all(jobs: list[tuple[str, str, dict]]) -> list[int]:
-    """Each job (a saved exported program, its package's path, Inductor's options) compiled,
+def compile_all(jobs: list[tuple[str, str, dict, bool]]) -> list[int]:
+    """Each job (a saved exported program, its package's path, Inductor's options, whether
+    frozen: `_compile`) compiled,
     in as many processes at once as this process may use CPUs (up to one a job); -> the
     ids of the processes that compiled them, in the jobs' order.
 
@@ -289,16 +297,25 @@ def compile_all(jobs: list[tuple[str, str, dict]]) -> list[int]:
         return [future.result() for future in futures]
 
 
-def _compile_saved(program: str, package: str, options: dict, threads: int) -> int:
+def _compile_saved(program: str, package: str, options: dict, frozen: bool, threads: int) -> int:
     """Compile the exported program saved at `program` into `package`; -> this process's id."""
     torch.set_num_threads(threads)
-    _compile(torch.export.load(program), package, options)
+    _compile(torch.export.load(program), package, options, frozen)
     return os.getpid()
 
 
-def _compile(program: torch.export.ExportedProgram, package: str, options: dict) -> None:
-    torch._inductor.aoti_compile_and_package(program, package_path=package,
-                                             inductor_configs=dict(options))  # fmt: skip
+def _compile(program: torch.export.ExportedProgram, package: str, options: dict,
+             frozen: bool = False) -> None:  # fmt: skip
+    """AOTInductor's package of `program`. Inductor runs its `freezing` passes only where
+    grad mode is off as it compiles (`frozen`). An int8 model needs them: they turn
+    `Int8Linear`'s traced form into oneDNN's int8 products, weights packed once. A float32
+    model is built without them: frozen, its products went to oneDNN's packed float32
+    kernels, which were slower than ATen's at every width timed (`crossover`'s widths)."""
+    with torch.set_grad_enabled(not frozen), warnings.catch_warnings():
+        # Inductor's int8 pass copies a tensor with `torch.tensor`, which warns: its own affair
+        warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning)
+        torch._inductor.aoti_compile_and_package(program, package_path=package,
+                                                 inductor_configs=dict(options))  # fmt: skip
 
 
 def _step_examples(model) -> list[tuple[int, tuple]]:
@@ -321,7 +338,7 @@ def _step_inputs(model, rows: int, sentences: int, earlier: int, src_len: int) -
     positions, over sources of `src_len` tokens."""
     c, step = model.config, DecoderStep.from_model(model)
     layers, heads, d_k, d_v = len(model.decoder), step.heads, step.d_k, step.d_v
-    like = dict(dtype=model.output_weight.dtype)
+    like = dict(dtype=model.tgt_embed.weight.dtype)
     return (
         torch.full((rows,), c.eos_id, dtype=torch.long), torch.zeros(c.d_model, **like),
         torch.zeros(earlier, layers, rows, heads, d_k, **like),

@@ -10,11 +10,10 @@ embedding stays for the lookups beside the projection's int8 copy. Embedding loo
 LayerNorm, softmax and attention stay float32; where the CPU multiplies bfloat16 natively
 the search keeps the encoder-decoder keys and values in bfloat16 (`cross_store_dtype`).
 
-The compiled decoder step (`compiled_step`) does not take int8 models: they decode with
-these products eagerly. A weight-only int8 step (the same int8 weights, converted inside
-Inductor's products) was built and measured slower than these products on a base-sized
-model, one sentence at a time and batched (`benchmarks/translate_speed.py`; its results
-in `benchmarks/results/`).
+The compiled decoder step (`compiled_step`) takes int8 models too: traced, each product
+is written in PyTorch's decomposed quantization ops, which Inductor compiles into oneDNN's
+int8 products (`Int8Linear`). (A weight-only int8 step, the same int8 weights converted
+inside Inductor's float products, was built before and measured slower than eager int8.)
 
 The weights are quantized as `torch.ao.quantization.quantize_dynamic` with PyTorch's
 per-channel dynamic qconfig would (a test holds them equal). `torch.ao.quantization` is
@@ -27,6 +26,7 @@ import os
 import warnings
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from aiayn.device import check_int8, native_bf16
@@ -66,12 +66,30 @@ class Int8Linear(nn.Module):
     error and brings int8 translation closer to float32 (`benchmarks/translate_speed.py`
     reports the agreement). Elsewhere
     7 bits stay.
+
+    Traced for a compiler (`compiled_step`), the product is written as what it computes:
+    the input quantized per tensor to `input_max` + 1 levels, and the int8 weights with their
+    row scales, dequantized, then a float product (`graph_form`). Inductor's freezing
+    pass turns exactly this pattern into oneDNN's int8 product with the weights packed once,
+    so the compiled step multiplies in int8 as this module does eagerly. Its inputs keep 8
+    bits only where oneDNN's sums are exact (`onednn_sums_exact`), whatever engine this
+    module's eager products run on.
     """
 
-    def __init__(self, packed: torch.Tensor, reduce_range: bool) -> None:
+    def __init__(self, packed, reduce_range: bool) -> None:
         super().__init__()
-        self.packed = packed  # weights and bias, packed by `torch.ops.quantized.linear_prepack`
+        # Weights and bias packed by `torch.ops.quantized.linear_prepack`; held in a tuple so
+        # that `torch.export`, which cannot trace this packed object, does not look at it.
+        self._packed = (packed,)
         self.reduce_range = reduce_range
+        # The traced form's input levels, 0 .. input_max: 8 bits only where oneDNN (whose
+        # products a compiled step calls) adds in 32 bits (`onednn_sums_exact`).
+        self.input_max = 255 if not reduce_range and onednn_sums_exact() else 127
+        weight, bias = torch.ops.quantized.linear_unpack(packed)  # the packed values, unpacked
+        self.register_buffer("weight_int8", weight.int_repr())  # (out, in) int8
+        self.register_buffer("weight_scale", weight.q_per_channel_scales().float())  # (out,)
+        self.register_buffer("weight_zero", torch.zeros(weight.size(0), dtype=torch.long))  # (out,)
+        self.register_buffer("bias", bias)  # (out,) float32, or None
 
     @classmethod
     def pack(cls, weight: torch.Tensor, bias: torch.Tensor | None, reduce_range: bool) -> Int8Linear:
@@ -94,7 +112,28 @@ class Int8Linear(nn.Module):
             return cls(torch.ops.quantized.linear_prepack(q, b), reduce_range)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():
+            return self.graph_form(x)
         return torch.ops.quantized.linear_dynamic(x, self.packed, reduce_range=self.reduce_range)
+
+    @property
+    def packed(self):
+        """The packed weights and bias, as `linear_dynamic` takes them."""
+        return self._packed[0]
+
+    def graph_form(self, x: torch.Tensor) -> torch.Tensor:
+        """The same product as PyTorch's decomposed quantization ops (see the class doc):
+        x (..., in) -> (..., out), one input scale over all of x as `linear_dynamic` takes."""
+        from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401
+
+        ops, levels = torch.ops.quantized_decomposed, (0, self.input_max, torch.uint8)
+        rows = x.reshape(-1, x.size(-1))  # (tokens, in)
+        scale, zero = ops.choose_qparams.tensor(rows, *levels[:2], torch.finfo(torch.float32).eps, levels[2])
+        rows = ops.dequantize_per_tensor.tensor(ops.quantize_per_tensor.tensor(rows, scale, zero, *levels),
+                                                scale, zero, *levels)  # fmt: skip
+        weight = ops.dequantize_per_channel(self.weight_int8, self.weight_scale, self.weight_zero, 0,
+                                            -128, 127, torch.int8)  # (out, in) fmt: skip
+        return F.linear(rows, weight, self.bias).view(*x.shape[:-1], -1)  # (..., out)
 
 
 def int8_engine() -> str:
@@ -104,14 +143,20 @@ def int8_engine() -> str:
     fbgemm's do (oneDNN's guide, "Nuances of int8 Computations"): the default stays. So it
     stays where `ONEDNN_MAX_CPU_ISA` caps oneDNN below VNNI (e.g. AVX2 on an AMX machine).
     """
+    if onednn_sums_exact() and "onednn" in torch.backends.quantized.supported_engines:
+        return "onednn"
+    return torch.backends.quantized.engine
+
+
+def onednn_sums_exact() -> bool:
+    """Whether oneDNN's u8 x s8 products add in 32 bits here: a CPU with AMX tiles or
+    AVX-512 VNNI, and no `ONEDNN_MAX_CPU_ISA` cap below them (`int8_engine`)."""
     # Both checks are private in torch 2.13; a version without them counts as neither.
     exact_sums = any(
         getattr(torch.cpu, check, lambda: False)()
         for check in ("_is_amx_tile_supported", "_is_vnni_supported")
     )
-    if exact_sums and not _capped_below_vnni() and "onednn" in torch.backends.quantized.supported_engines:
-        return "onednn"
-    return torch.backends.quantized.engine
+    return exact_sums and not _capped_below_vnni()
 
 
 def seven_bits_more_exact() -> bool:

@@ -32,16 +32,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.fast.int8 import Int8Linear
 from aiayn.model.transformer import Transformer
 
 
 def supports(model: Transformer) -> bool:
     """Whether `DecoderStep` computes this model's step: linear maps that are `nn.Linear`s
-    (not int8's packed ones) and no attention window (`model/window.py` keeps a window the
-    step does not)."""
+    or int8's (`int8.Int8Linear`), and no attention window (`model/window.py` keeps a window
+    the step does not)."""
     linears = [model.out_proj, *(m for layer in model.decoder for m in layer.modules()
                                  if "Linear" in type(m).__name__)]  # fmt: skip
-    return model.config.attention_window == 0 and all(isinstance(m, nn.Linear) for m in linears)
+    kinds = (nn.Linear, Int8Linear)
+    return model.config.attention_window == 0 and all(isinstance(m, kinds) for m in linears)
 
 
 class SourceKeys(nn.Module):
@@ -71,7 +73,7 @@ class DecoderStep(nn.Module):
     def __init__(self, model: Transformer) -> None:
         super().__init__()
         if not supports(model):
-            raise ValueError("DecoderStep needs nn.Linear maps (not int8) and no attention window")
+            raise ValueError("DecoderStep needs nn.Linear or Int8Linear maps and no attention window")
         c = model.config
         self.model = model  # a submodule: its parameters are the step's (no copies)
         self.heads, self.d_k, self.d_v = c.n_heads, c.key_dim, c.value_dim
@@ -154,9 +156,10 @@ class DecoderStep(nn.Module):
 
 
 
-def _linear(linear: nn.Linear, x: Tensor) -> Tensor:
+def _linear(linear: nn.Module, x: Tensor) -> Tensor:
     """`linear(x)`: eagerly the module itself (the fast path's product choice, where it is
-    swapped in); traced for a compiler, plain `F.linear`, whose products the compiler picks."""
-    if torch.compiler.is_compiling():
+    swapped in); traced for a compiler, plain `F.linear`, whose products the compiler picks
+    (an `Int8Linear` gives its own traced form)."""
+    if torch.compiler.is_compiling() and isinstance(linear, nn.Linear):
         return F.linear(x, linear.weight, linear.bias)
     return linear(x)
