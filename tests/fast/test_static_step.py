@@ -156,22 +156,28 @@ def test_the_compiled_search_step_of_a_large_vocabulary_finds_the_eager_ones_hyp
 
 
 @pytest.mark.slow
-def test_the_compiled_int8_search_step_multiplies_in_int8_and_finds_the_eager_ones_hypotheses(tmp_path):
-    """An int8 model's whole search step compiled (frozen, `compiled_step._compile`) calls
-    oneDNN's int8 products, with no float product left, and finds the eager int8
-    `SearchStep`'s hypotheses (`linear_dynamic`'s products) for every beam config."""
-    model = quantize_int8(fast.apply(_model(vocab_size=40)))
-    package = tmp_path / "search.pt2"
-    compiled_module._compile(compiled_module._search_step_program(model), str(package),
-                             compiled_module.WIDE_OPTIONS, frozen=True)  # fmt: skip
-    with zipfile.ZipFile(package) as zipped:
-        wrapper = next(zipped.read(n).decode() for n in zipped.namelist() if n.endswith("wrapper.cpp"))
-    products = set(re.findall(r"aoti_torch_cpu_(\w*(?:linear|mm)\w*)\(", wrapper))
-    assert products and all(p.startswith("_qlinear_pointwise") for p in products), products
-    compiled = compiled_module._Loaded(torch._inductor.aoti_load_package(str(package)))
+def test_an_int8_models_compiled_search_multiplies_in_int8_and_finds_the_eager_ones_hypotheses(
+        tmp_path, monkeypatch):  # fmt: skip
+    """`for_inference(int8=True)` builds the int8 model's step (frozen, in processes of
+    their own, `compiled_step._build`): its libraries call oneDNN's int8 products, with no
+    float product left, the narrow ones copies of the wide, and the compiled search finds
+    the eager int8 `SearchStep`'s hypotheses (`linear_dynamic`'s products) for every beam
+    config."""
+    monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
+    model, search = fast.for_inference(_model(vocab_size=40), int8=True, compile="always")
+    assert isinstance(search, StepSearch) and search.kind == "compiled decoder step"
+    path = artifact_path(model)
+    for name in ("step", "source", "search_step"):
+        wide = (path / f"{name}-wide.pt2").read_bytes()
+        assert (path / f"{name}.pt2").read_bytes() == wide
+        with zipfile.ZipFile(path / f"{name}-wide.pt2") as zipped:
+            wrapper = next(zipped.read(n).decode() for n in zipped.namelist() if n.endswith("wrapper.cpp"))
+        # the weights' products (attention's bmm over keys aside)
+        products = set(re.findall(r"aoti_torch_cpu_(\w*linear\w*|addmm\w*|mm\w*)\(", wrapper))
+        assert products and all(p.startswith("_qlinear_pointwise") for p in products), products
     eager = StepSearch(model, search_step=SearchStep(model))
     for config in BEAMS.values():
-        _same(StepSearch(model, search_step=compiled)(SOURCES, config), eager(SOURCES, config))
+        _same(search(SOURCES, config), eager(SOURCES, config))
 
 
 @pytest.mark.parametrize("kind", ["paper", "pre-LN"])

@@ -64,6 +64,8 @@ from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
 FORMAT = 10  # bumped when the functions' signatures or the build's settings change
+# Not for int8 models: Inductor's autotuning of their int8 products crashed the compiling
+# process (a corrupted heap), so their narrow library is a copy of the wide one.
 NARROW_OPTIONS = {
     "freezing": True,  # weights as constants, packed once, where `_compile` freezes
     "max_autotune": True,  # time Inductor's candidate kernels, per shape
@@ -256,13 +258,16 @@ def _build(model, path: Path) -> list[int]:
                     "search_step": _search_step_program}  # fmt: skip
         jobs, frozen = [], is_int8(model)
         for name in reversed(Compiled._fields):  # the search step first: the longest build
-            program = f"{tmp}/{name}.program"
+            program = f"{tmp}/{name}-program.pt2"
             torch.export.save(programs[name](model), program)
-            jobs += [(program, f"{tmp}/{name}.pt2", NARROW_OPTIONS, frozen),
-                     (program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS, frozen)]  # fmt: skip
+            jobs.append((program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS, frozen))
+            if not frozen:
+                jobs.append((program, f"{tmp}/{name}.pt2", NARROW_OPTIONS, frozen))
         workers = compile_all(jobs)
         for name in Compiled._fields:
-            os.remove(f"{tmp}/{name}.program")
+            os.remove(f"{tmp}/{name}-program.pt2")
+            if frozen:  # an int8 model's narrow library is its wide one (`NARROW_OPTIONS`)
+                shutil.copyfile(f"{tmp}/{name}-wide.pt2", f"{tmp}/{name}.pt2")
         if path.exists():  # a damaged artifact (it failed to load): this build replaces it
             shutil.rmtree(path)
         os.replace(tmp, path)
@@ -299,6 +304,9 @@ def compile_all(jobs: list[tuple[str, str, dict, bool]]) -> list[int]:
 
 def _compile_saved(program: str, package: str, options: dict, frozen: bool, threads: int) -> int:
     """Compile the exported program saved at `program` into `package`; -> this process's id."""
+    # the ops of `Int8Linear`'s traced form, which a fresh process has not registered yet
+    from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401
+
     torch.set_num_threads(threads)
     _compile(torch.export.load(program), package, options, frozen)
     return os.getpid()
