@@ -307,6 +307,9 @@ def _compile_saved(program: str, package: str, options: dict, frozen: bool, thre
     # the ops of `Int8Linear`'s traced form, which a fresh process has not registered yet
     from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401
 
+    # PyTorch's notices about its own internals, from loading and compiling: not the user's
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message="TypedStorage is deprecated", category=UserWarning)
     torch.set_num_threads(threads)
     _compile(torch.export.load(program), package, options, frozen)
     return os.getpid()
