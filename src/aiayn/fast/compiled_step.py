@@ -44,9 +44,10 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 import warnings
@@ -282,37 +283,45 @@ def _build(model, path: Path) -> list[int]:
 
 def compile_all(jobs: list[tuple[str, str, dict, bool]]) -> list[int]:
     """Each job (a saved exported program, its package's path, Inductor's options, whether
-    frozen: `_compile`) compiled,
-    in as many processes at once as this process may use CPUs (up to one a job); -> the
-    ids of the processes that compiled them, in the jobs' order.
+    frozen: `_compile`) compiled, each in a process of its own (`compile_apart`), as many at
+    once as this process may use CPUs; -> the ids of those processes, in the jobs' order.
 
     Most of a build is the C++ compiler and Inductor's code generation, one core each, so
-    on several cores the six packages build side by side. The processes are started
-    afresh (not forked from one holding PyTorch's thread pools) and compile with this
-    process's thread count, for which Inductor blocks its C++ matrix products.
+    on several cores the six packages build side by side.
     """
     threads = torch.get_num_threads()
     workers = min(len(jobs), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                   else os.cpu_count() or 1)  # fmt: skip
-    if workers <= 1:
-        return [_compile_saved(*job, threads) for job in jobs]
-    context = multiprocessing.get_context("spawn")
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
-        futures = [pool.submit(_compile_saved, *job, threads) for job in jobs]
-        return [future.result() for future in futures]
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:  # threads that wait on them
+        return list(pool.map(lambda job: compile_apart(*job, threads), jobs))
 
 
-def _compile_saved(program: str, package: str, options: dict, frozen: bool, threads: int) -> int:
-    """Compile the exported program saved at `program` into `package`; -> this process's id."""
+def compile_apart(program: str, package: str, options: dict, frozen: bool, threads: int) -> int:
+    """Compile the exported program saved at `program` into `package` in a fresh interpreter,
+    `python -m aiayn.fast.compiled_step`, with `threads` threads (Inductor sizes its C++
+    products by them); -> its process id. A fresh interpreter runs nothing of the caller's
+    script (multiprocessing's spawn would import it again), and keeps the compiler's
+    memory and PyTorch's notices about its own internals out of this process."""
+    root = str(Path(__file__).resolve().parents[2])  # the directory that holds `aiayn`
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "aiayn.fast.compiled_step", program, package,
+               json.dumps(options), str(int(frozen)), str(threads)]  # fmt: skip
+    process = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": path},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    _, errors = process.communicate()
+    if process.returncode != 0:
+        last = errors.strip().splitlines()[-1] if errors.strip() else "no message"
+        raise RuntimeError(f"compiling {Path(package).name} failed (exit {process.returncode}): {last}")
+    return process.pid
+
+
+def _compile_saved(program: str, package: str, options: str, frozen: str, threads: str) -> None:
+    """`compile_apart`'s process: its arguments as the command line gives them."""
     # the ops of `Int8Linear`'s traced form, which a fresh process has not registered yet
     from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401
 
-    # PyTorch's notices about its own internals, from loading and compiling: not the user's
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", message="TypedStorage is deprecated", category=UserWarning)
-    torch.set_num_threads(threads)
-    _compile(torch.export.load(program), package, options, frozen)
-    return os.getpid()
+    torch.set_num_threads(int(threads))
+    _compile(torch.export.load(program), package, json.loads(options), frozen == "1")
 
 
 def _compile(program: torch.export.ExportedProgram, package: str, options: dict,
@@ -415,3 +424,7 @@ def _search_step_program(model) -> torch.export.ExportedProgram:
                {1: b, 3: n}, {0: b, 3: n}, None, store, store, store, store, state)  # fmt: skip
     with torch.no_grad():
         return torch.export.export(SearchStep(model).eval(), example, dynamic_shapes=dynamic)
+
+
+if __name__ == "__main__":  # `compile_apart`'s child
+    _compile_saved(*sys.argv[1:])
