@@ -57,6 +57,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from aiayn.data.vocab import cpu_threads
 from aiayn.fast.int8 import Int8Linear
 from aiayn.fast.linear import cache_dir, machine_digest
 from aiayn.fast.static_beam import widest_beam
@@ -290,8 +291,7 @@ def compile_all(jobs: list[tuple[str, str, dict, bool]]) -> list[int]:
     on several cores the six packages build side by side.
     """
     threads = torch.get_num_threads()
-    workers = min(len(jobs), len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                  else os.cpu_count() or 1)  # fmt: skip
+    workers = min(len(jobs), cpu_threads())
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:  # threads that wait on them
         return list(pool.map(lambda job: compile_apart(*job, threads), jobs))
 
