@@ -5,11 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.ao.quantization as tq
+import torch.nn.functional as F
 from torch import nn
 
 from aiayn.cli import main
 from aiayn.errors import ConfigError
+from aiayn.fast import int8 as int8_module
 from aiayn.fast.linear import OneDnnLinear as Linear
+from aiayn.fast.linear import bucket_rows
 from aiayn.fast.int8 import Int8Linear, int8_engine, onednn_sums_exact, seven_bits_more_exact
 from aiayn.fast.kv_cache import SharedKVCache
 from aiayn.translate import Translator
@@ -281,3 +284,28 @@ def test_the_traced_form_computes_the_packed_product(seven, cap, monkeypatch):
     assert int8.weight_int8.dtype == torch.int8
     weight, _ = torch.ops.quantized.linear_unpack(int8.packed)
     assert torch.equal(int8.weight_int8, weight.int_repr())
+
+
+def test_the_traced_form_multiplies_bucketed_row_counts_only(monkeypatch):
+    """oneDNN keeps a kernel per row count it meets, so the traced form pads its rows to
+    `bucket_rows` sizes before the product (as eager oneDNN products do) and cuts the
+    padding off after: any number of rows gives one of a bounded set of shapes, and the
+    same values as without the padding."""
+    torch.manual_seed(0)
+    int8 = Int8Linear.pack(torch.randn(24, 48), torch.randn(24), False)
+    seen, linear = [], F.linear
+
+    def spy(x, weight, bias=None):
+        seen.append(x.size(0))
+        return linear(x, weight, bias)
+
+    for rows in (1, 7, 9, 64, 65, 130, 300):
+        x = torch.randn(rows, 48)
+        with monkeypatch.context() as unpadded:
+            unpadded.setattr(int8_module, "bucket_rows", lambda n: n)
+            expected = int8.graph_form(x)
+        with monkeypatch.context() as spied:
+            spied.setattr(int8_module.F, "linear", spy)
+            got = int8.graph_form(x)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    assert seen == [8, 8, 16, 64, 72, 144, 320]

@@ -65,7 +65,7 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 10  # bumped when the functions' signatures or the build's settings change
+FORMAT = 11  # bumped when the functions' signatures or the build's settings change
 # Not for int8 models: Inductor's autotuning of their int8 products crashed the compiling
 # process (a corrupted heap), so their narrow library is a copy of the wide one.
 NARROW_OPTIONS = {

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from aiayn.device import check_int8, native_bf16
+from aiayn.fast.linear import bucket_rows
 from aiayn.model.transformer import Transformer
 
 
@@ -73,7 +74,9 @@ class Int8Linear(nn.Module):
     pass turns exactly this pattern into oneDNN's int8 product with the weights packed once,
     so the compiled step multiplies in int8 as this module does eagerly. Its inputs keep 8
     bits only where oneDNN's sums are exact (`onednn_sums_exact`), whatever engine this
-    module's eager products run on.
+    module's eager products run on. Its rows are padded to `linear.bucket_rows` sizes, as
+    the eager float32 oneDNN products' are: oneDNN keeps a kernel per row count, and a
+    server whose compiled step met every count kept growing.
     """
 
     def __init__(self, packed, reduce_range: bool) -> None:
@@ -128,12 +131,18 @@ class Int8Linear(nn.Module):
 
         ops, levels = torch.ops.quantized_decomposed, (0, self.input_max, torch.uint8)
         rows = x.reshape(-1, x.size(-1))  # (tokens, in)
+        n = rows.size(0)
+        # zero rows up to a bucket's size (`linear.bucket_rows`): oneDNN builds and keeps a
+        # kernel per row count. Zeros leave the input's scale as it was (its range holds 0).
+        padded = rows.new_zeros(bucket_rows(n), rows.size(1))  # (padded, in)
+        padded[:n] = rows
+        rows = padded
         scale, zero = ops.choose_qparams.tensor(rows, *levels[:2], torch.finfo(torch.float32).eps, levels[2])
         rows = ops.dequantize_per_tensor.tensor(ops.quantize_per_tensor.tensor(rows, scale, zero, *levels),
                                                 scale, zero, *levels)  # fmt: skip
         weight = ops.dequantize_per_channel(self.weight_int8, self.weight_scale, self.weight_zero, 0,
                                             -128, 127, torch.int8)  # (out, in) fmt: skip
-        return F.linear(rows, weight, self.bias).view(*x.shape[:-1], -1)  # (..., out)
+        return F.linear(rows, weight, self.bias)[:n].view(*x.shape[:-1], -1)  # (..., out)
 
 
 def int8_engine() -> str:

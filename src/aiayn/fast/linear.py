@@ -247,8 +247,8 @@ def _bucketed(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return _onednn_linear(rows, weight, bias)[:n]
 
 
-def bucket_rows(rows: int) -> int:
-    """`rows` rounded up to one of a bounded set of sizes: a multiple of 8 up to 64, then one
+def bucket_rows(rows):
+    """`rows` rounded up to one of a bounded set of sizes: a multiple of 8 up to 127, then one
     of 8 sizes per doubling (at most 12.5% more rows).
 
     oneDNN builds a kernel for each shape it multiplies and keeps it for the life of the
@@ -260,11 +260,20 @@ def bucket_rows(rows: int) -> int:
     request, and memory stays flat from then on. A one-off translation keeps whole products
     (a split costs a few per cent of beam search). Training keeps its exact shapes: its
     batches are built to a token budget, and padding would cost compute.
+
+    Written in integer arithmetic without a branch on `rows`, so that a traced graph, whose
+    row count is a symbol, pads as eager code does (`int8.Int8Linear.graph_form`): the step
+    starts at 8 and doubles at 128 rows and at each doubling after (up to 2**23 rows).
     """
-    if rows <= 64:
-        return -(-rows // 8) * 8
-    step = 1 << (rows.bit_length() - 4)
-    return -(-rows // step) * step
+    step = 8
+    for k in range(16):  # from 128 << k rows on, the step grows by 8 << k
+        if isinstance(rows, int):  # a plain count: no branch to avoid
+            if rows < 128 << k:
+                break
+            step += 8 << k
+        else:  # 1 from 128 << k rows on, else 0
+            step = step + (8 << k) * torch.sym_min(1, rows // (128 << k))
+    return rows + -rows % step  # the next multiple of step (a sum, which a tracer sees is >= rows)
 
 
 def inference_rows() -> list[int]:
