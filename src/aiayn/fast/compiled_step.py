@@ -28,10 +28,10 @@ artifact is first loaded with a thread count (the crossover moves with it) and k
 the libraries (`rows_file`: the counts and the timings). Inductor's own C++ matrix products
 are candidates only for weights folded in as constants (`freezing`), which float32 builds
 go without (`_compile`): their products are ATen's (MKL's). An int8 model's are oneDNN's
-int8 products, its weights packed once.
+int8 products, its weights packed once, and it is built wide only (`NARROW_OPTIONS`).
 
-The artifact, a directory of the six packages (and the crossovers timed with each thread
-count), is keyed by everything that makes it valid: the weights and config (a hash of
+The artifact, a directory of the six packages (three for an int8 model; and the crossovers
+timed with each thread count), is keyed by everything that makes it valid: the weights and config (a hash of
 them), the dtype, the machine (`linear.machine_digest`: CPU model, kernel ISA, torch's
 version) and this module's `FORMAT`. It is written whole
 (built aside, then renamed) by this user's aiayn into its own cache directory and loaded
@@ -65,9 +65,9 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 11  # bumped when the functions' signatures or the build's settings change
+FORMAT = 12  # bumped when the functions' signatures or the build's settings change
 # Not for int8 models: Inductor's autotuning of their int8 products crashed the compiling
-# process (a corrupted heap), so their narrow library is a copy of the wide one.
+# process (a corrupted heap), so they have the wide libraries only.
 NARROW_OPTIONS = {
     "freezing": True,  # weights as constants, packed once, where `_compile` freezes
     "max_autotune": True,  # time Inductor's candidate kernels, per shape
@@ -140,6 +140,9 @@ def _load(path: Path, model) -> Compiled:
     def library(name: str) -> _Loaded:
         return _Loaded(torch._inductor.aoti_load_package(str(path / f"{name}.pt2")))
 
+    if is_int8(model):  # its wide libraries only (`NARROW_OPTIONS`): nothing to choose between
+        step, source, search_step = (library(f"{name}-wide") for name in Compiled._fields)
+        return Compiled(step=step, source=source, search_step=search_step)
     step, source, search_step = (
         ByRows(library(name), library(f"{name}-wide"), None, rows)
         for name, rows in (("step", _step_rows), ("source", _source_rows),
@@ -268,8 +271,6 @@ def _build(model, path: Path) -> list[int]:
         workers = compile_all(jobs)
         for name in Compiled._fields:
             os.remove(f"{tmp}/{name}-program.pt2")
-            if frozen:  # an int8 model's narrow library is its wide one (`NARROW_OPTIONS`)
-                shutil.copyfile(f"{tmp}/{name}-wide.pt2", f"{tmp}/{name}.pt2")
         if path.exists():  # a damaged artifact (it failed to load): this build replaces it
             shutil.rmtree(path)
         os.replace(tmp, path)
