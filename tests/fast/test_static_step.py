@@ -369,3 +369,24 @@ def test_the_libraries_compile_side_by_side_on_the_cpus_this_process_may_use(mon
     jobs = [(f"p{i}", f"k{i}", {}, False) for i in range(5)]
     assert sorted(compiled_module.compile_all(jobs)) == [1, 2, 3, 4, 5]
     assert most[0] == 2 and sorted(order) == [f"k{i}" for i in range(5)]
+
+
+def test_the_exported_steps_write_attention_out_and_compute_what_the_eager_step_does():
+    """`written_out_attention`: the decoder step's program holds no scaled dot-product
+    attention (nor the CPU's flash kernel), only products and softmax, and gives the eager
+    step's log-probabilities and keys."""
+    model = _model()
+    program = compiled_module._step_program(model)
+    targets = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
+    assert "aten.bmm.default" in targets and not [t for t in targets if "scaled_dot_product" in t]
+    torch.manual_seed(1)
+    tokens, position, self_k, self_v, cross_k, cross_v, mask = compiled_module._step_inputs(
+        model, rows=6, sentences=2, earlier=3, src_len=5)  # fmt: skip
+    inputs = (torch.randint(4, model.config.vocab_size, tokens.shape), position, torch.randn_like(self_k),
+              torch.randn_like(self_v), torch.randn_like(cross_k), torch.randn_like(cross_v),
+              mask)  # fmt: skip
+    with torch.no_grad():
+        expected = DecoderStep.from_model(model)(*inputs)
+        got = program.module()(*inputs)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)

@@ -56,6 +56,7 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+from torch._decomp import get_decompositions
 
 from aiayn.data.vocab import cpu_threads
 from aiayn.fast.int8 import Int8Linear
@@ -65,7 +66,7 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 12  # bumped when the functions' signatures or the build's settings change
+FORMAT = 13  # bumped when the functions' signatures or the build's settings change
 # Not for int8 models: Inductor's autotuning of their int8 products crashed the compiling
 # process (a corrupted heap), so they have the wide libraries only.
 NARROW_OPTIONS = {
@@ -389,7 +390,7 @@ def _step_program(model) -> torch.export.ExportedProgram:
     t, n = dims("earlier", min=0), dims("src_len", min=2, max=c.max_len)
     dynamic = ({0: r}, None, {0: t, 2: r}, {0: t, 2: r}, {1: s, 3: n}, {1: s, 3: n}, {0: s, 3: n})
     with torch.no_grad():
-        return torch.export.export(step, example, dynamic_shapes=dynamic)
+        return written_out_attention(torch.export.export(step, example, dynamic_shapes=dynamic))
 
 
 def _search_step_program(model) -> torch.export.ExportedProgram:
@@ -424,7 +425,20 @@ def _search_step_program(model) -> torch.export.ExportedProgram:
     dynamic = ({0: b, 1: k}, None, {0: t, 2: b, 3: k}, {0: t, 2: b, 3: k}, {1: b, 3: n},
                {1: b, 3: n}, {0: b, 3: n}, None, store, store, store, store, state)  # fmt: skip
     with torch.no_grad():
-        return torch.export.export(SearchStep(model).eval(), example, dynamic_shapes=dynamic)
+        return written_out_attention(torch.export.export(SearchStep(model).eval(), example,
+                                                         dynamic_shapes=dynamic))  # fmt: skip
+
+
+def written_out_attention(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
+    """`program` in core ATen ops, its scaled dot-product attention written out as eq. 1's
+    two products and softmax rather than left to the CPU's flash-attention kernel. In a
+    decoder step each row asks for one query over a short source, where that kernel's
+    blocking costs several times the arithmetic; written out, the products and the softmax
+    are plain kernels that Inductor fuses with their neighbours (the int8 ones' quantization
+    among them). The source keys keep the kernel: there every position is a query."""
+    aten = torch.ops.aten
+    flash = get_decompositions([aten._scaled_dot_product_flash_attention_for_cpu])
+    return program.run_decompositions({**torch.export.default_decompositions(), **flash})
 
 
 if __name__ == "__main__":  # `compile_apart`'s child
