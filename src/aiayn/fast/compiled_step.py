@@ -59,7 +59,7 @@ from torch import Tensor
 from torch._decomp import get_decompositions
 
 from aiayn.data.vocab import cpu_threads
-from aiayn.fast.int8 import Int8Linear
+from aiayn.fast.int8 import Int8Linear, onednn_sums_exact
 from aiayn.fast.linear import cache_dir, machine_digest
 from aiayn.fast.static_beam import widest_beam
 from aiayn.fast.search_step import SearchStep
@@ -113,8 +113,13 @@ def load_compiled(model, build: bool = False, cache: Path | None = None) -> Comp
 
 def can_compile(model) -> bool:
     """Whether this step compiles here: a model `DecoderStep` supports, float32 on the CPU
-    (AOTInductor's C++ backend), its products in float32 or int8, in eval mode."""
-    if not supports(model):
+    (AOTInductor's C++ backend), its products in float32 or int8, in eval mode.
+
+    Int8 models compile only where oneDNN's int8 sums are exact (`onednn_sums_exact`):
+    there the eager products are oneDNN's too, and the compiled step finds their
+    hypotheses. Elsewhere (AVX2) the eager products are fbgemm's, which round otherwise
+    than the compiled step's oneDNN ones, so the eager search keeps int8 models."""
+    if not supports(model) or (is_int8(model) and not onednn_sums_exact()):
         return False
     weight = model.tgt_embed.weight  # float in every model, int8 ones too
     return weight.device.type == "cpu" and weight.dtype == torch.float32 and not model.training
