@@ -52,7 +52,7 @@ the result holds the out_len tokens without eos), transformers with min_new_toke
 max_new_tokens = out_len.
 No system can stop early or drop a finished sentence from its batch, so the figure
 measures the per-step cost only. Each system decodes all batches `--repeats` times, the
-systems taking turns, and its median time counts. Each system is loaded and timed in a
+systems taking turns batch by batch, and its median pass counts. Each system is loaded and timed in a
 process of its own (`time_apart`), as users run them: CTranslate2 brings its own OpenMP
 runtime, and in one process with PyTorch both slow down. Prints one JSON object.
 
@@ -395,8 +395,9 @@ class Job:
 
 def time_apart(systems: list[str], job: Job, repeats: int) -> tuple[dict[str, list], dict[str, int]]:
     """Time `repeats` passes of each of `systems` over `job`'s batches, each system loaded
-    in a process of its own, the systems taking turns (so that a slow spell hits every
-    one); -> {system: [(seconds, output steps) per pass]}, {system: its process id}.
+    in a process of its own, the systems taking turns batch by batch, so that a slow spell
+    of the machine (whole passes here differ by a third) hits every system alike;
+    -> {system: [(seconds, output steps) per pass]}, {system: its process id}.
 
     Apart because two programs in one process slow each other down: CTranslate2 brings its
     own OpenMP runtime beside PyTorch's, and once it has run, both run slower (2 to 3 times
@@ -414,14 +415,18 @@ def time_apart(systems: list[str], job: Job, repeats: int) -> tuple[dict[str, li
         workers = {name: (process, conn, _answer(conn, name)) for name, (process, conn) in workers.items()}
         runs = {name: [] for name in systems}
         for _ in range(repeats):
-            for name, (_, conn, _) in workers.items():
-                conn.send(True)
-                runs[name].append(_answer(conn, name))
+            passes = {name: [] for name in systems}  # (seconds, output steps) per batch
+            for index in range(len(job.batches)):
+                for name, (_, conn, _) in workers.items():
+                    conn.send(index)
+                    passes[name].append(_answer(conn, name))
+            for name, timings in passes.items():
+                runs[name].append((sum(t for t, _ in timings), sum(n for _, n in timings)))
         return runs, {name: pid for name, (_, _, pid) in workers.items()}
     finally:
         for process, conn, *_ in workers.values():
             try:
-                conn.send(False)  # the end of its loop
+                conn.send(None)  # the end of its loop
             except OSError:  # it has ended already
                 pass
             process.join(timeout=30)
@@ -438,7 +443,8 @@ def _answer(conn, name: str):
 
 def _timing_process(conn, name: str, job: Job) -> None:
     """Load system `name`, decode the last batch once (first-call overheads), send this
-    process's id; then one timed pass over the batches each time the parent asks."""
+    process's id; then decode and time the batch whose index the parent sends, until it
+    sends None."""
     torch.set_num_threads(job.threads)
     model = load_system(name, job.tmp, job.device, job.dtype)
     built = {}
@@ -448,8 +454,8 @@ def _timing_process(conn, name: str, job: Job) -> None:
     run = runner(name, job.device, job.names, built)
     run(model, job.batches[-1:], 4, job.device)
     conn.send(os.getpid())
-    while conn.recv():
-        conn.send(timed(run, model, job.batches, job.out_len, job.device))
+    while (index := conn.recv()) is not None:
+        conn.send(timed(run, model, job.batches[index:index + 1], job.out_len, job.device))
 
 
 def timed(fn, *args) -> tuple[float, int]:
@@ -562,7 +568,7 @@ def report(args, config: ModelConfig, n_batches: int, results: dict, agree: dict
         "max_tokens": args.max_tokens, "batch_size": args.batch_size, "beam": BEAM,
         "vocab": VOCAB,
         "processes": "each system loaded and timed in a process of its own, the systems "
-        "taking turns pass by pass",
+        "taking turns batch by batch",
         "output_length": f"forced: every hypothesis exactly {args.out_len} decoder steps "
         f"(aiayn min_len={args.out_len - 1}, max_len={args.out_len}; CTranslate2 "
         f"min_decoding_length=max_decoding_length={args.out_len}; transformers "

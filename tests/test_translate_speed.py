@@ -158,14 +158,15 @@ def test_the_result_names_the_rows_from_which_the_wide_libraries_serve():
 
 def test_each_system_is_timed_in_a_process_of_its_own(tmp_path):
     """`time_apart` loads each system in a process of its own (not this one, not another
-    system's) and times the asked passes there: the same output steps in every pass, as
-    the same batches decode to the same lengths."""
+    system's) and times the asked passes there, batch by batch: each pass sums every
+    batch's output steps, the same in every pass, as the same batches decode to the same
+    lengths."""
     import os
 
     config = ModelConfig(vocab_size=translate_speed.VOCAB, d_model=32, d_ff=64, n_heads=4,
                          n_layers=2)  # fmt: skip
     names = translate_speed.export_systems(config, str(tmp_path))
-    job = translate_speed.Job(str(tmp_path), "cpu", "float32", 1, "never", names, [SENTS], 3)
+    job = translate_speed.Job(str(tmp_path), "cpu", "float32", 1, "never", names, [SENTS[:1], SENTS[1:]], 3)
     runs, pids = translate_speed.time_apart(["aiayn_reference", "ctranslate2_float32"], job, 2)
     assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
     for passes in runs.values():
