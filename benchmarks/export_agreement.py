@@ -43,12 +43,26 @@ def aiayn_translations(checkpoint: Path, sources: list[str], beam: int, alpha: f
     return Translator.from_checkpoint(checkpoint, beam=beam, alpha=alpha).translate(sources)
 
 
+def by_length(lengths: list[int]) -> dict[int, list[int]]:
+    """Indices of sentences grouped by source length. aiayn's output limit is per sentence
+    (source length + `max_len_offset`, `decode.search.output_limits`) and the libraries'
+    is per call, so each call holds sentences of one length: then a translation that runs
+    to its limit (a loop) is cut where aiayn cuts it, not at a longer batch-mate's limit.
+    aiayn's limit counts the eos it puts last; the libraries' count the tokens before it,
+    so theirs is one less."""
+    groups: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        groups.setdefault(n, []).append(i)
+    return groups
+
+
 def ct2_translations(
     model_dir: Path, checkpoint: Path, sources: list[str], beam: int, alpha: float,
     compute_type: str = "float32",
 ) -> list[str]:  # fmt: skip
     """CTranslate2 as the export's README.md says: the sentencepiece model shipped beside
-    it for pieces in and text out; CTranslate2 appends the source eos itself."""
+    it for pieces in and text out; CTranslate2 appends the source eos itself. One call per
+    source length (`by_length`), each limited as aiayn limits that length."""
     import ctranslate2
     import sentencepiece
 
@@ -56,21 +70,33 @@ def ct2_translations(
     sp = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / "vocab.model"))
     pieces = [sp.encode(text, out_type=str) for text in sources]
     translator = ctranslate2.Translator(str(model_dir), compute_type=compute_type, intra_threads=1)
-    results = translator.translate_batch(
-        pieces, beam_size=beam, length_penalty=alpha, min_decoding_length=decode.min_len,
-        max_decoding_length=max(map(len, pieces)) + 1 + decode.max_len_offset,
-        max_batch_size=64,
-    )  # fmt: skip
-    return [sp.decode(r.hypotheses[0]) for r in results]
+    out = [""] * len(sources)
+    for n, indices in by_length([len(p) for p in pieces]).items():
+        results = translator.translate_batch(
+            [pieces[i] for i in indices], beam_size=beam, length_penalty=alpha,
+            min_decoding_length=decode.min_len, max_decoding_length=n + 1 + decode.max_len_offset - 1,
+            max_batch_size=64,
+        )  # fmt: skip
+        for i, result in zip(indices, results):
+            out[i] = sp.decode(result.hypotheses[0])
+    return out
 
 
-def hf_translations(model_dir: Path, sources: list[str], beam: int, alpha: float) -> list[str]:
-    """`transformers.pipeline("translation")` on the exported directory."""
+def hf_translations(model_dir: Path, sources: list[str], beam: int, alpha: float,
+                    max_len_offset: int) -> list[str]:  # fmt: skip
+    """`transformers.pipeline("translation")` on the exported directory, one call per
+    source length (`by_length`), each limited as aiayn limits that length."""
     from transformers import pipeline
 
     translate = pipeline("translation", model=str(model_dir), device="cpu")
-    out = translate(sources, num_beams=beam, length_penalty=alpha, batch_size=32)
-    return [item["translation_text"] for item in out]
+    lengths = [len(ids) for ids in translate.tokenizer(sources)["input_ids"]]  # eos included
+    out = [""] * len(sources)
+    for n, indices in by_length(lengths).items():
+        found = translate([sources[i] for i in indices], num_beams=beam, length_penalty=alpha,
+                          max_new_tokens=n + max_len_offset - 1, batch_size=32)  # fmt: skip
+        for i, item in zip(indices, found):
+            out[i] = item["translation_text"]
+    return out
 
 
 # Argos Translate's own calls, as its README shows them, in a child process (Argos reads its
@@ -142,7 +168,7 @@ def agreement(checkpoint: Path, sources: list[str], refs: list[str], tmp: Path) 
                          f"beam{beam}_alpha0": (beam, 0.0)}.items():  # fmt: skip
         ours = aiayn_translations(checkpoint, sources, b, a)
         systems = {"ctranslate2": ct2_translations(ct2, checkpoint, sources, b, a),
-                   "transformers": hf_translations(hf, sources, b, a),
+                   "transformers": hf_translations(hf, sources, b, a, ckpt.config.decode.max_len_offset),
                    "argos": argos_translations(argos, sources, b, tmp / name)}  # fmt: skip
         report[name] = {k: identical(ours, v) for k, v in systems.items()}
         if name == f"beam{beam}":

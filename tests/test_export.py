@@ -259,7 +259,8 @@ def test_greedy_translations_are_identical_in_every_export(trained, tmp_path):
     ct2 = export_checkpoint(trained, "ctranslate2", tmp_path / "ct2")
     assert export_agreement.ct2_translations(ct2, trained, sources, 1, 0.6) == ours
     hf = export_checkpoint(trained, "huggingface", tmp_path / "hf")
-    assert export_agreement.hf_translations(hf, sources, 1, 0.6) == ours
+    offset = load_checkpoint(trained).config.decode.max_len_offset
+    assert export_agreement.hf_translations(hf, sources, 1, 0.6, offset) == ours
 
 
 def test_int8_ctranslate2_keeps_three_quarters_of_float32_bleu(trained, tmp_path):
@@ -303,9 +304,13 @@ def test_optimums_onnx_export_with_past_keys_translates_greedily_as_aiayn(traine
     assert model.can_use_cache
     tokenizer = transformers.MarianTokenizer.from_pretrained(str(hf))
     sources = [s for s, _ in SPLITS.test]
-    batch = tokenizer(sources, return_tensors="pt", padding=True)
-    out = model.generate(**batch, num_beams=1, use_cache=True)
-    theirs = tokenizer.batch_decode(out, skip_special_tokens=True)
+    offset, theirs = load_checkpoint(trained).config.decode.max_len_offset, [""] * len(sources)
+    lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]  # eos included
+    for n, indices in export_agreement.by_length(lengths).items():  # aiayn's limit per length
+        batch = tokenizer([sources[i] for i in indices], return_tensors="pt", padding=True)
+        out = model.generate(**batch, num_beams=1, use_cache=True, max_new_tokens=n + offset - 1)
+        for i, text in zip(indices, tokenizer.batch_decode(out, skip_special_tokens=True)):
+            theirs[i] = text
     assert theirs == export_agreement.aiayn_translations(trained, sources, beam=1, alpha=0.6)
 
 
