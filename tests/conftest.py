@@ -42,6 +42,19 @@ def _own_cache(tmp_path_factory) -> None:
     os.environ["AIAYN_CACHE_DIR"] = str(tmp_path_factory.mktemp("aiayn-cache"))
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _inductor_cache_per_kernel_set() -> None:
+    """Under `ATEN_CPU_CAPABILITY` (e.g. AVX2's kernels on an AVX-512 machine), torch.compile's
+    kernels in a cache directory of that capability's own. torch 2.13 reuses cached
+    compiled training graphs built with the default kernels, and the compiled
+    `torchrun` test's ranks then crashed (SIGSEGV in backward); with a fresh cache it passed."""
+    capability = os.environ.get("ATEN_CPU_CAPABILITY")
+    if capability and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default_cache_dir()}-{capability}"
+
+
 @pytest.fixture(autouse=True)
 def _seeded() -> None:
     torch.manual_seed(0)
