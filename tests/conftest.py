@@ -48,10 +48,11 @@ def _inductor_cache_per_kernel_set() -> None:
     kernels in a cache directory of that capability's own. torch 2.13 reuses cached
     compiled training graphs built with the default kernels, and the compiled
     `torchrun` test's ranks then crashed (SIGSEGV in backward); with a fresh cache it passed."""
-    capability = os.environ.get("ATEN_CPU_CAPABILITY")
-    if capability and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
+    capability = os.environ.get("ATEN_CPU_CAPABILITY")
+    # importing Inductor writes its default into the variable: only a user's own is kept
+    if capability and os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, default_cache_dir()):
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = f"{default_cache_dir()}-{capability}"
 
 
