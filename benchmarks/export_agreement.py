@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from aiayn.checkpoint import load_checkpoint
@@ -43,17 +44,24 @@ def aiayn_translations(checkpoint: Path, sources: list[str], beam: int, alpha: f
     return Translator.from_checkpoint(checkpoint, beam=beam, alpha=alpha).translate(sources)
 
 
-def by_length(lengths: list[int]) -> dict[int, list[int]]:
-    """Indices of sentences grouped by source length. aiayn's output limit is per sentence
-    (source length + `max_len_offset`, `decode.search.output_limits`) and the libraries'
-    is per call, so each call holds sentences of one length: then a translation that runs
-    to its limit (a loop) is cut where aiayn cuts it, not at a longer batch-mate's limit.
-    aiayn's limit counts the eos it puts last; the libraries' count the tokens before it,
-    so theirs is one less."""
+def by_limit(lengths: list[int], max_len_offset: int,
+             translate: Callable[[list[int], int], list[str]]) -> list[str]:  # fmt: skip
+    """Translations of sentences whose source lengths (eos included) are `lengths`, by
+    `translate(indices, limit)`: one call per output limit, for the sentences of `indices`.
+
+    aiayn's limit is per sentence (|Y| <= source length + `max_len_offset`, eos included,
+    `decode.search.output_limits`) and the libraries' per call, so each call holds the
+    sentences of one limit: a translation that runs to its limit (a loop) is then cut where
+    aiayn cuts it, not at a longer batch-mate's. Their limit counts the tokens before the
+    eos that aiayn puts last, so it is one less."""
     groups: dict[int, list[int]] = {}
     for i, n in enumerate(lengths):
-        groups.setdefault(n, []).append(i)
-    return groups
+        groups.setdefault(n + max_len_offset - 1, []).append(i)
+    out = [""] * len(lengths)
+    for limit, indices in groups.items():
+        for i, text in zip(indices, translate(indices, limit), strict=True):
+            out[i] = text
+    return out
 
 
 def ct2_translations(
@@ -61,8 +69,8 @@ def ct2_translations(
     compute_type: str = "float32",
 ) -> list[str]:  # fmt: skip
     """CTranslate2 as the export's README.md says: the sentencepiece model shipped beside
-    it for pieces in and text out; CTranslate2 appends the source eos itself. One call per
-    source length (`by_length`), each limited as aiayn limits that length."""
+    it for pieces in and text out; CTranslate2 appends the source eos itself. Limited as
+    aiayn limits each sentence (`by_limit`)."""
     import ctranslate2
     import sentencepiece
 
@@ -70,33 +78,32 @@ def ct2_translations(
     sp = sentencepiece.SentencePieceProcessor(model_file=str(model_dir / "vocab.model"))
     pieces = [sp.encode(text, out_type=str) for text in sources]
     translator = ctranslate2.Translator(str(model_dir), compute_type=compute_type, intra_threads=1)
-    out = [""] * len(sources)
-    for n, indices in by_length([len(p) for p in pieces]).items():
+
+    def translate(indices: list[int], limit: int) -> list[str]:
         results = translator.translate_batch(
             [pieces[i] for i in indices], beam_size=beam, length_penalty=alpha,
-            min_decoding_length=decode.min_len, max_decoding_length=n + 1 + decode.max_len_offset - 1,
-            max_batch_size=64,
+            min_decoding_length=decode.min_len, max_decoding_length=limit, max_batch_size=64,
         )  # fmt: skip
-        for i, result in zip(indices, results):
-            out[i] = sp.decode(result.hypotheses[0])
-    return out
+        return [sp.decode(r.hypotheses[0]) for r in results]
+
+    return by_limit([len(p) + 1 for p in pieces], decode.max_len_offset, translate)  # + eos
 
 
 def hf_translations(model_dir: Path, sources: list[str], beam: int, alpha: float,
                     max_len_offset: int) -> list[str]:  # fmt: skip
-    """`transformers.pipeline("translation")` on the exported directory, one call per
-    source length (`by_length`), each limited as aiayn limits that length."""
+    """`transformers.pipeline("translation")` on the exported directory, limited as aiayn
+    limits each sentence (`by_limit`)."""
     from transformers import pipeline
 
-    translate = pipeline("translation", model=str(model_dir), device="cpu")
-    lengths = [len(ids) for ids in translate.tokenizer(sources)["input_ids"]]  # eos included
-    out = [""] * len(sources)
-    for n, indices in by_length(lengths).items():
-        found = translate([sources[i] for i in indices], num_beams=beam, length_penalty=alpha,
-                          max_new_tokens=n + max_len_offset - 1, batch_size=32)  # fmt: skip
-        for i, item in zip(indices, found):
-            out[i] = item["translation_text"]
-    return out
+    pipe = pipeline("translation", model=str(model_dir), device="cpu")
+
+    def translate(indices: list[int], limit: int) -> list[str]:
+        found = pipe([sources[i] for i in indices], num_beams=beam, length_penalty=alpha,
+                     max_new_tokens=limit, batch_size=32)  # fmt: skip
+        return [item["translation_text"] for item in found]
+
+    lengths = [len(ids) for ids in pipe.tokenizer(sources)["input_ids"]]  # eos included
+    return by_limit(lengths, max_len_offset, translate)
 
 
 # Argos Translate's own calls, as its README shows them, in a child process (Argos reads its
@@ -157,7 +164,8 @@ def identical(ours: list[str], theirs: list[str]) -> float:
 
 def agreement(checkpoint: Path, sources: list[str], refs: list[str], tmp: Path) -> dict:
     ckpt = load_checkpoint(checkpoint)
-    beam, alpha = ckpt.config.decode.beam, ckpt.config.decode.alpha
+    decode = ckpt.config.decode
+    beam, alpha, offset = decode.beam, decode.alpha, decode.max_len_offset
     ct2, ct2_int8, hf = tmp / "ct2", tmp / "ct2_int8", tmp / "hf"
     export_checkpoint(checkpoint, "ctranslate2", ct2)
     export_checkpoint(checkpoint, "ctranslate2", ct2_int8, quantization="int8")
@@ -168,7 +176,7 @@ def agreement(checkpoint: Path, sources: list[str], refs: list[str], tmp: Path) 
                          f"beam{beam}_alpha0": (beam, 0.0)}.items():  # fmt: skip
         ours = aiayn_translations(checkpoint, sources, b, a)
         systems = {"ctranslate2": ct2_translations(ct2, checkpoint, sources, b, a),
-                   "transformers": hf_translations(hf, sources, b, a, ckpt.config.decode.max_len_offset),
+                   "transformers": hf_translations(hf, sources, b, a, offset),
                    "argos": argos_translations(argos, sources, b, tmp / name)}  # fmt: skip
         report[name] = {k: identical(ours, v) for k, v in systems.items()}
         if name == f"beam{beam}":

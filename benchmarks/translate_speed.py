@@ -52,9 +52,9 @@ the result holds the out_len tokens without eos), transformers with min_new_toke
 max_new_tokens = out_len.
 No system can stop early or drop a finished sentence from its batch, so the figure
 measures the per-step cost only. Each system decodes all batches `--repeats` times, the
-systems taking turns batch by batch, and its median pass counts. Each system is loaded and timed in a
-process of its own (`time_apart`), as users run them: CTranslate2 brings its own OpenMP
-runtime, and in one process with PyTorch both slow down. Prints one JSON object.
+systems taking turns batch by batch, and its median pass counts. Each system is loaded and
+timed in a process of its own (`time_apart`), as users run them: CTranslate2 brings its own
+OpenMP runtime, and in one process with PyTorch both slow down. Prints one JSON object.
 
 `--latency`: one sentence a call (batch 1, beam 4), as a server's lone client is served:
 each system's milliseconds per sentence ("ms_per_sentence"), where a batched run shows

@@ -252,6 +252,20 @@ def trained(tmp_path_factory) -> Path:
         torch.set_num_threads(threads)
 
 
+def test_the_exports_decode_each_sentence_to_aiayns_limit_for_it():
+    """`by_limit`: one call per output limit, the limit aiayn's for those sentences less the
+    eos aiayn counts (source + offset - 1 tokens), the answers back in the sources' order."""
+    calls = []
+
+    def translate(indices, limit):
+        calls.append((indices, limit))
+        return [f"s{i}" for i in indices]
+
+    got = export_agreement.by_limit([4, 7, 4, 2], 50, translate)
+    assert got == ["s0", "s1", "s2", "s3"]
+    assert sorted(calls) == [([0, 2], 53), ([1], 56), ([3], 51)]
+
+
 def test_greedy_translations_are_identical_in_every_export(trained, tmp_path):
     sources = [s for s, _ in SPLITS.test]
     ours = export_agreement.aiayn_translations(trained, sources, beam=1, alpha=0.6)
@@ -304,13 +318,15 @@ def test_optimums_onnx_export_with_past_keys_translates_greedily_as_aiayn(traine
     assert model.can_use_cache
     tokenizer = transformers.MarianTokenizer.from_pretrained(str(hf))
     sources = [s for s, _ in SPLITS.test]
-    offset, theirs = load_checkpoint(trained).config.decode.max_len_offset, [""] * len(sources)
-    lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]  # eos included
-    for n, indices in export_agreement.by_length(lengths).items():  # aiayn's limit per length
+
+    def translate(indices: list[int], limit: int) -> list[str]:
         batch = tokenizer([sources[i] for i in indices], return_tensors="pt", padding=True)
-        out = model.generate(**batch, num_beams=1, use_cache=True, max_new_tokens=n + offset - 1)
-        for i, text in zip(indices, tokenizer.batch_decode(out, skip_special_tokens=True)):
-            theirs[i] = text
+        out = model.generate(**batch, num_beams=1, use_cache=True, max_new_tokens=limit)
+        return tokenizer.batch_decode(out, skip_special_tokens=True)
+
+    lengths = [len(ids) for ids in tokenizer(sources)["input_ids"]]  # eos included
+    offset = load_checkpoint(trained).config.decode.max_len_offset
+    theirs = export_agreement.by_limit(lengths, offset, translate)  # aiayn's limit per sentence
     assert theirs == export_agreement.aiayn_translations(trained, sources, beam=1, alpha=0.6)
 
 

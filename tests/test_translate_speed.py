@@ -166,7 +166,8 @@ def test_each_system_is_timed_in_a_process_of_its_own(tmp_path):
     config = ModelConfig(vocab_size=translate_speed.VOCAB, d_model=32, d_ff=64, n_heads=4,
                          n_layers=2)  # fmt: skip
     names = translate_speed.export_systems(config, str(tmp_path))
-    job = translate_speed.Job(str(tmp_path), "cpu", "float32", 1, "never", names, [SENTS[:1], SENTS[1:]], 3)
+    batches = [SENTS[:1], SENTS[1:]]
+    job = translate_speed.Job(str(tmp_path), "cpu", "float32", 1, "never", names, batches, 3)
     runs, pids = translate_speed.time_apart(["aiayn_reference", "ctranslate2_float32"], job, 2)
     assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
     for passes in runs.values():
