@@ -15,7 +15,7 @@ the same parameters and tested equal to it (tests/fast/). The core (`model/`, `l
 | `model.cache.KVCache` (sec. 3.2.3) | `kv_cache.SharedKVCache` | a beam reorder moves no keys |
 | `decode.search.search` | `search.FastSearch` | a faster top-k, cache memory kept between searches |
 | `Transformer.decode` + `project` in search | `static_step.DecoderStep`, run by `static_search.StepSearch` | one step as one function of tensors, compiled ahead of time (`compiled_step.py`): no interpreter in a step |
-| one step of `run_search` with `BeamStrategy`: decode, project, step, reorder | `search_step.SearchStep` (`static_beam.BeamStep` inside), run by `StepSearch` | a whole beam search step as one compiled call; the log-softmax read only where the beam looks |
+| one step of `run_search` with `BeamStrategy`: decode, project, step, reorder | `search_step.SearchStep` (`static_beam.BeamStep` inside), run by `StepSearch` | a whole beam search step as one compiled call; the log-softmax read only where the beam looks; keys read through their ancestors' rows, never reordered |
 | `RealTokenLoss` (sec. 5.4) | `loss.ChunkedRealTokenLoss` | no (tokens, vocab) logits; the GPU attention kernel |
 
 With `int8`, `int8.quantize_int8` gives every linear map int8 weights (CPU decoding);

@@ -66,7 +66,7 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 13  # bumped when the functions' signatures or the build's settings change
+FORMAT = 14  # bumped when the functions' signatures or the build's settings change
 # Not for int8 models: Inductor's autotuning of their int8 products crashed the compiling
 # process (a corrupted heap), so they have the wide libraries only.
 NARROW_OPTIONS = {
@@ -407,11 +407,10 @@ def _search_step_program(model) -> torch.export.ExportedProgram:
     sentences, beam, earlier, src_len, nbest, width = 2, 3, 4, 5, 2, 7
     step = _step_inputs(model, sentences * beam, sentences, earlier, src_len)
     self_k, self_v = (x.view(earlier, x.size(1), sentences, beam, *x.shape[3:]) for x in step[2:4])
-    store_k, store_v = (torch.cat([x, x[:1]]) for x in (self_k, self_v))  # through this position
     example = (
         step[0].view(sentences, beam), step[1], self_k, self_v, *step[4:],
-        torch.tensor([c.pad_id, c.bos_id]), store_k, store_v, torch.zeros_like(store_k),
-        torch.zeros_like(store_v),
+        torch.tensor([c.pad_id, c.bos_id]), torch.zeros(earlier, sentences, beam, dtype=torch.long),
+        torch.zeros_like(self_k[0]), torch.zeros_like(self_v[0]),
         torch.zeros(sentences, beam),
         torch.zeros(sentences, beam, width, dtype=torch.long), torch.zeros(sentences, nbest),
         torch.zeros(sentences, nbest), torch.zeros(sentences, nbest, dtype=torch.long),
@@ -420,15 +419,13 @@ def _search_step_program(model) -> torch.export.ExportedProgram:
         torch.tensor([earlier + 1, 0]), torch.ones(2),
     )  # fmt: skip
     b, k = dims("sentences", min=1), dims("beam", min=2, max=max(2, widest_beam(c.vocab_size)))
-    # the stores through this position: a length of their own (see `search_step`)
-    t, p = dims("earlier", min=0), dims("positions", min=1)
-    n = dims("src_len", min=2, max=c.max_len)
+    t, n = dims("earlier", min=0), dims("src_len", min=2, max=c.max_len)
     m, w = dims("nbest", min=1), dims("width", min=1)
     state = ({0: b, 1: k}, {0: b, 1: k, 2: w}, {0: b, 1: m}, {0: b, 1: m}, {0: b, 1: m},
              {0: b, 1: m, 2: w}, {0: b}, {0: b}, None, None)  # `StepBeam.advance`'s
-    store = {0: p, 2: b, 3: k}
+    slot = {1: b, 2: k}
     dynamic = ({0: b, 1: k}, None, {0: t, 2: b, 3: k}, {0: t, 2: b, 3: k}, {1: b, 3: n},
-               {1: b, 3: n}, {0: b, 3: n}, None, store, store, store, store, state)  # fmt: skip
+               {1: b, 3: n}, {0: b, 3: n}, None, {0: t, 1: b, 2: k}, slot, slot, state)  # fmt: skip
     with torch.no_grad():
         return written_out_attention(torch.export.export(SearchStep(model).eval(), example,
                                                          dynamic_shapes=dynamic))  # fmt: skip

@@ -6,26 +6,27 @@ passed from one to the next.
 
     step = SearchStep(model)  # eos: the model's
     out = step(tokens, position, self_k, self_v, cross_k, cross_v, src_mask, forbidden,
-               store_k, store_v, kept_k, kept_v, *beam.advance())  # beam: a `static_beam.StepBeam`
-    rows, tokens, done = beam.update(out)  # kept_k, kept_v: written
+               origin, slot_k, slot_v, *beam.advance())  # beam: a `static_beam.StepBeam`
+    rows, tokens, done = beam.update(out[:-1]); origin = out[-1]  # slot_k, slot_v: written
 
 Every sentence has `beam` rows from the first step on: bos in each, the rows after the first
 with score -inf (`StepBeam`'s start), so every candidate of the first step comes from the
-first row and the rows agree on what they hold. The earlier keys and values come in as
-(earlier, layers, sentences, beam, heads, d), a view of the caller's store; `store_k` and
-`store_v` are the same stores through this position (earlier + 1, ...), whose last entry is
-not yet written. The step writes every position's keys and values, this one's included,
-reordered by the rows the beam keeps, into `kept_k` and `kept_v` (earlier + 1, ...), views
-of a second store that the caller owns and swaps in for the next step (`static_search`).
+first row and the rows agree on what they hold.
 
-Writing into the caller's tensors, not returning new ones, spares a compiled step an
-allocation of the whole store at every step, which on a wide batch of a base-sized model
-costs more than the step; reordering inside the step spares a small model the calls around
-it. The reorder is one indexed read per kept entry, from the store or at the last position
-from this step's keys, which Inductor compiles into one loop that writes the caller's
-store. The stores through this position come in as inputs of their own, not as a slice of
-one input: a slice, or a length given as another's plus one, makes Inductor specialize or
-write the reorder into a buffer of its own first.
+The keys and values stay where they were written. A beam step changes which hypothesis a
+row holds, and the core's cache (`model/cache.py`) copies every earlier position's keys
+into the new order: every step reads and writes all the keys of the search. Here a
+hypothesis instead finds its earlier keys through `origin` (earlier, sentences, beam): at
+each earlier position, the row of its sentence that holds its ancestor's entry (the idea
+of `kv_cache.SharedKVCache`'s `slots`, which the eager search reads through a mask). The
+attention reads the keys through that index, in the loop that Inductor writes anyway to
+lay them out for the product, so the reorder's copy is gone.
+
+The earlier keys and values come in as (earlier, layers, sentences, beam, heads, d), a
+view of the caller's store; this position's are written into `slot_k` and `slot_v`
+(layers, sentences, beam, heads, d), the store's next position, at the rows that computed
+them; and the step returns the origin of the hypotheses it keeps (earlier + 1,
+sentences, beam): their parents' origins, and at this position the parents themselves.
 """
 
 from __future__ import annotations
@@ -47,27 +48,31 @@ class SearchStep(nn.Module):
 
     def forward(
         self, tokens: Tensor, position: Tensor, self_k: Tensor, self_v: Tensor, cross_k: Tensor,
-        cross_v: Tensor, src_mask: Tensor, forbidden: Tensor, store_k: Tensor, store_v: Tensor,
-        kept_k: Tensor, kept_v: Tensor, *state: Tensor,
+        cross_v: Tensor, src_mask: Tensor, forbidden: Tensor, origin: Tensor, slot_k: Tensor,
+        slot_v: Tensor, *state: Tensor,
     ) -> tuple[Tensor, ...]:  # fmt: skip
         """tokens (sentences, beam) fed now; position (d_model,) their positional encoding;
-        self_k, self_v (earlier, layers, sentences, beam, heads, d_k | d_v); cross_k,
-        cross_v, src_mask as `DecoderStep` takes them; forbidden (ids,) the tokens never
-        generated; store_k, store_v (earlier + 1, ...) the same stores through this
-        position, its own unwritten; kept_k, kept_v (earlier + 1, ...) written: every
-        position's keys and values, the rows in the order the beam keeps them; state:
-        `StepBeam.advance`'s. -> `BeamStep`'s outputs (the next tokens (sentences, beam))."""
+        self_k, self_v (earlier, layers, sentences, beam, heads, d_k | d_v) the store's
+        entries as written; cross_k, cross_v, src_mask as `DecoderStep` takes them;
+        forbidden (ids,) the tokens never generated; origin (earlier, sentences, beam) long:
+        the row of its sentence that holds each hypothesis's entry at each earlier
+        position; slot_k, slot_v (layers, sentences, beam, heads, d_k | d_v) written: this
+        position's keys and values; state: `StepBeam.advance`'s.
+        -> `BeamStep`'s outputs (the next tokens (sentences, beam)), then the kept
+        hypotheses' origin (earlier + 1, sentences, beam)."""
         sentences, beam = tokens.shape
-        logits, new_k, new_v = self.step.logits(tokens.flatten(), position, self_k.flatten(2, 3),
-                                                self_v.flatten(2, 3), cross_k, cross_v, src_mask)  # fmt: skip
+        earlier = origin[:, None, :, :, None, None]  # (earlier, 1, sentences, beam, 1, 1)
+        # (earlier, layers, sentences * beam, heads, d): each hypothesis's own entries
+        keys, values = (store.gather(3, earlier.expand(store.shape)).flatten(2, 3)
+                        for store in (self_k, self_v))  # fmt: skip
+        logits, new_k, new_v = self.step.logits(tokens.flatten(), position, keys, values,
+                                                cross_k, cross_v, src_mask)  # fmt: skip
+        slot_k.copy_(new_k.view(slot_k.shape))  # (layers, rows, heads, d) at their rows
+        slot_v.copy_(new_v.view(slot_v.shape))
         out = self.beam(logits.view(sentences, beam, -1), forbidden, *state)  # logits (rows, vocab)
         rows = out[0]  # (sentences * beam,) the parent of each kept hypothesis
         sentence = torch.arange(sentences, device=rows.device)[:, None]  # (sentences, 1)
         parent = rows.view(sentences, beam) - sentence * beam  # (sentences, beam) within its sentence
-        positions = store_k.size(0)
-        last = torch.arange(positions, device=rows.device).eq(positions - 1).view(-1, 1, 1, 1, 1, 1)
-        for kept, store, new in ((kept_k, store_k, new_k), (kept_v, store_v, new_v)):
-            new = new.view(1, new.size(0), sentences, beam, *new.shape[2:])  # (1, layers, sentences, beam, heads, d)
-            # (earlier + 1, layers, sentences, beam, heads, d): each kept row's parent's entries
-            kept.copy_(torch.where(last, new[:, :, sentence, parent], store[:, :, sentence, parent]))
-        return (rows, out[1].view(sentences, beam), *out[2:])
+        inherited = origin.gather(2, parent.expand(origin.shape))  # (earlier, sentences, beam)
+        return (rows, out[1].view(sentences, beam), *out[2:],
+                torch.cat([inherited, parent[None]]))  # fmt: skip

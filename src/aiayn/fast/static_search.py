@@ -11,16 +11,17 @@ that are done leave at once. What differs is the state. The
 self-attention keys and values live in one (length, layers, rows, heads, d) tensor per kind,
 allocated for the longest output the search allows, position first: the positions written
 so far are one contiguous block, which the step reads (a compiled step takes contiguous
-inputs, which `compiled_step` makes them) and after which it writes its own. A beam reorder copies the written block of the
-surviving rows into a second store of the same shape, once per step (the core's cache
-copies as much). Encoder-decoder keys stay one per sentence and move only when sentences
+inputs, which `compiled_step` makes them) and after which it writes its own. A beam reorder of the core's strategies copies the
+written block of the surviving rows into a second store of the same shape, once per step
+(the core's cache copies as much). Encoder-decoder keys stay one per sentence and move only when sentences
 leave.
 
 A beam search of the default rules runs a loop of its own (`run_whole_steps`), whose step is
 one call of `search_step.SearchStep`: the decoder step and the beam's step, with the
-strategy's state in `static_beam.StepBeam`. The step itself writes the reordered stores
-into the second one, so the driver only swaps them; a copy is left to the driver only
-where sentences leave (`run_search`'s rule, `decode.search.retire`).
+strategy's state in `static_beam.StepBeam`. There the stores are never reordered: each
+position's entries stay at the rows that wrote them, and each hypothesis reads its own
+through an `origin` index that the step keeps (`search_step`). Rows are copied only where
+sentences leave (`run_search`'s rule, `decode.search.retire`), the leaving ones' dropped.
 """
 
 from __future__ import annotations
@@ -105,15 +106,14 @@ class StepSearch(Searcher):
         tokens = torch.full((batch, beam), bos_id, dtype=torch.long, device=src.device)
         alive = torch.arange(batch, device=src.device)  # input index of each active sentence
         results: list[list[Hypothesis]] = [[] for _ in range(batch)]
-        while True:  # each step reorders the stores by the rows kept (`SearchStep`)
+        while True:  # each step writes its position; the stores' rows move only as sentences leave
             _, tokens, done = steps.search(self.search_step, tokens, forbidden, strategy)
             if done.any():
                 sentences = retire(done, alive, strategy, results)  # (still active,)
                 if sentences.numel() == 0:
                     return results
                 alive, tokens = alive[sentences], tokens[sentences]
-                rows = torch.arange(done.numel() * beam, device=src.device).view(done.numel(), beam)
-                steps.reorder(rows[sentences].flatten(), sentences)
+                steps.leave(sentences, beam)
 
     @torch.no_grad()
     def forced_logp(self, src: Tensor, tgt_in: Tensor) -> Tensor:
@@ -159,6 +159,7 @@ class _Steps:
     spare_k: Tensor | None = None  # the stores a reorder writes into
     spare_v: Tensor | None = None
     written: int = 0  # positions fed so far
+    origin: Tensor | None = None  # (written, sentences, beam): `SearchStep`'s, in its search
 
     def __call__(self, tokens: Tensor) -> Tensor:
         """tokens (rows,) fed at the next position -> (rows, vocab) log-probabilities."""
@@ -173,22 +174,28 @@ class _Steps:
     def search(self, search_step: Callable, tokens: Tensor, forbidden: Tensor,
                strategy: StepBeam) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
         """One `SearchStep` of `strategy` for tokens (sentences, beam) fed at the next
-        position: it writes the positions so far, reordered by the kept rows, into the spare
-        stores, which become the stores; -> rows, next tokens (sentences, beam), done."""
+        position: it writes this position's keys and values into the stores, at the rows
+        that computed them, and gives the kept hypotheses' origin; -> rows, next tokens
+        (sentences, beam), done."""
         t, (sentences, beam) = self.written, tokens.shape
-        by_sentence = lambda store, n: store[:n].unflatten(2, (sentences, beam))  # noqa: E731
-        if self.spare_k is None or self.spare_k.size(2) != self.self_k.size(2):
-            self.spare_k, self.spare_v = torch.empty_like(self.self_k), torch.empty_like(self.self_v)
+        if self.origin is None:
+            self.origin = tokens.new_zeros(0, sentences, beam)
+        by_sentence = lambda store: store.unflatten(-3, (sentences, beam))  # noqa: E731
         out = search_step(
-            tokens, self.positions[t], by_sentence(self.self_k, t), by_sentence(self.self_v, t),
-            self.cross_k, self.cross_v, self.src_mask, forbidden,
-            by_sentence(self.self_k, t + 1), by_sentence(self.self_v, t + 1),
-            by_sentence(self.spare_k, t + 1), by_sentence(self.spare_v, t + 1), *strategy.advance(),
+            tokens, self.positions[t], by_sentence(self.self_k[:t]), by_sentence(self.self_v[:t]),
+            self.cross_k, self.cross_v, self.src_mask, forbidden, self.origin,
+            by_sentence(self.self_k[t]), by_sentence(self.self_v[t]), *strategy.advance(),
         )  # fmt: skip
-        self.self_k, self.spare_k = self.spare_k, self.self_k
-        self.self_v, self.spare_v = self.spare_v, self.self_v
+        self.origin = out[-1]  # (t + 1, sentences, beam)
         self.written += 1
-        return strategy.update(out)
+        return strategy.update(out[:-1])
+
+    def leave(self, sentences: Tensor, beam: int) -> None:
+        """Keep the `beam` rows of each of `sentences` (still active,) only, in the stores
+        and the encoder-decoder keys, and their origin."""
+        rows = (sentences[:, None] * beam + torch.arange(beam, device=sentences.device)).flatten()
+        self.reorder(rows, sentences)
+        self.origin = self.origin[:, sentences]
 
     def reorder(self, rows: Tensor, sentences: Tensor | None) -> None:
         """Keep rows `rows` of the self-attention stores, in that order, and the encoder-
