@@ -107,6 +107,31 @@ def test_the_whole_search_step_is_the_core_search_to_the_bit(kind, beam):
         assert all(len(h.tokens) >= config.min_len for hyps in found for h in hyps)
 
 
+def test_the_whole_search_step_never_moves_a_written_key_and_keeps_each_hypothesiss_origin():
+    """The stores are not reordered (`search_step`): a step writes its own position at the
+    rows that computed it and leaves the earlier positions as they were; the origin it
+    returns names, at this position, each kept hypothesis's parent (`rows`, within its
+    sentence) and, before it, the parent's own origin."""
+    model = fast.apply(_model().double())
+    whole, calls = SearchStep(model), []
+
+    def search_step(tokens, position, self_k, self_v, *rest):
+        origin, slot_k = rest[4], rest[5]
+        before = (self_k.clone(), origin.clone())
+        out = whole(tokens, position, self_k, self_v, *rest)
+        calls.append((before, self_k, slot_k.clone(), out[0], out[-1], tokens.shape))
+        return out
+
+    StepSearch(model, search_step=search_step)(SOURCES, DecodeConfig(beam=3, max_len_offset=4))
+    assert len(calls) > 3
+    for (earlier_k, origin), self_k, slot_k, rows, kept, (sentences, beam) in calls:
+        assert torch.equal(self_k, earlier_k)  # the earlier positions: untouched
+        assert slot_k.abs().sum() > 0  # this position: written
+        parent = rows.view(sentences, beam) - torch.arange(sentences)[:, None] * beam
+        assert torch.equal(kept[-1], parent)
+        assert torch.equal(kept[:-1], origin.gather(2, parent.expand(origin.shape)))
+
+
 def test_the_beam_step_leaves_other_searches_to_the_core_strategy():
     model = _model(vocab_size=40)
     assert isinstance(StepBeam.for_search(model, SOURCES, DecodeConfig(beam=4)), StepBeam)
