@@ -11,6 +11,7 @@ from torch import nn
 from aiayn.cli import main
 from aiayn.errors import ConfigError
 from aiayn.fast import int8 as int8_module
+from aiayn.fast import linear as linear_module
 from aiayn.fast.linear import OneDnnLinear as Linear
 from aiayn.fast.linear import bucket_rows
 from aiayn.fast.int8 import Int8Linear, int8_engine, onednn_sums_exact, seven_bits_more_exact
@@ -302,7 +303,7 @@ def test_the_traced_form_multiplies_bucketed_row_counts_only(monkeypatch):
     for rows in (1, 7, 9, 64, 65, 130, 300):
         x = torch.randn(rows, 48)
         with monkeypatch.context() as unpadded:
-            unpadded.setattr(int8_module, "bucket_rows", lambda n: n)
+            unpadded.setattr(linear_module, "bucket_rows", lambda n: n)
             expected = int8.graph_form(x)
         with monkeypatch.context() as spied:
             spied.setattr(int8_module.F, "linear", spy)

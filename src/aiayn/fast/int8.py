@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from aiayn.device import check_int8, native_bf16
-from aiayn.fast.linear import bucket_rows
+from aiayn.fast.linear import padded_to_bucket
 from aiayn.model.transformer import Transformer
 
 
@@ -134,9 +134,7 @@ class Int8Linear(nn.Module):
         n = rows.size(0)
         # zero rows up to a bucket's size (`linear.bucket_rows`): oneDNN builds and keeps a
         # kernel per row count. Zeros leave the input's scale as it was (its range holds 0).
-        padded = rows.new_zeros(bucket_rows(n), rows.size(1))  # (padded, in)
-        padded[:n] = rows
-        rows = padded
+        rows = padded_to_bucket(rows)  # (padded, in)
         scale, zero = ops.choose_qparams.tensor(rows, *levels[:2], torch.finfo(torch.float32).eps, levels[2])
         rows = ops.dequantize_per_tensor.tensor(ops.quantize_per_tensor.tensor(rows, scale, zero, *levels),
                                                 scale, zero, *levels)  # fmt: skip

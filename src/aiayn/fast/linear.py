@@ -241,10 +241,19 @@ MAX_ROWS = 512  # the rows of one inference product once `warm_up` has bounded t
 
 def _bucketed(rows: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """x W^T + b on (n, in) rows, padded to `bucket_rows(n)` rows: (n, out)."""
-    n, padded = rows.size(0), bucket_rows(rows.size(0))
-    if padded != n:  # zero rows, whose output rows are cut off below
-        rows = F.pad(rows, (0, 0, 0, padded - n))  # (padded, in)
+    n = rows.size(0)
+    if bucket_rows(n) != n:  # zero rows, whose output rows are cut off below
+        rows = padded_to_bucket(rows)  # (padded, in)
     return _onednn_linear(rows, weight, bias)[:n]
+
+
+def padded_to_bucket(rows: Tensor) -> Tensor:
+    """rows (n, in) and zero rows after them up to `bucket_rows(n)`: (padded, in). Written
+    into zeros rather than with `F.pad`, so that a traced graph, whose n is a symbol, pads
+    as eager code does (`int8.Int8Linear.graph_form`)."""
+    padded = rows.new_zeros(bucket_rows(rows.size(0)), rows.size(1))  # (padded, in)
+    padded[: rows.size(0)] = rows
+    return padded
 
 
 def bucket_rows(rows):
@@ -262,7 +271,7 @@ def bucket_rows(rows):
     batches are built to a token budget, and padding would cost compute.
 
     Written in integer arithmetic without a branch on `rows`, so that a traced graph, whose
-    row count is a symbol, pads as eager code does (`int8.Int8Linear.graph_form`): the step
+    row count is a symbol, pads as eager code does (`padded_to_bucket`): the step
     starts at 8 and doubles at 128 rows and at each doubling after (up to 2**23 rows).
     """
     step = 8
