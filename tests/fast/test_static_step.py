@@ -132,6 +132,23 @@ def test_the_whole_search_step_never_moves_a_written_key_and_keeps_each_hypothes
         assert torch.equal(kept[:-1], origin.gather(2, parent.expand(origin.shape)))
 
 
+def test_sentences_that_leave_take_their_rows_and_origin_with_them_and_free_the_old_stores():
+    """`_Steps.leave`: the stores keep the written positions of the staying sentences' beam
+    rows, in order; their origin and encoder-decoder keys follow; no spare store is kept
+    (a search's rows only shrink, so none could be written into again)."""
+    model = fast.apply(_model())
+    steps = StepSearch(model)._start(SOURCES, 5, rows=SOURCES.size(0) * 2)  # beam 2
+    steps.self_k.normal_()
+    steps.written, steps.origin = 3, torch.randint(0, 2, (3, SOURCES.size(0), 2))
+    before_k, before_origin, before_cross = steps.self_k.clone(), steps.origin.clone(), steps.cross_k.clone()
+    stay = torch.tensor([0, 2])
+    steps.leave(stay, 2)
+    torch.testing.assert_close(steps.self_k[:3], before_k[:3, :, [0, 1, 4, 5]], atol=0, rtol=0)
+    assert torch.equal(steps.origin, before_origin[:, stay])
+    assert torch.equal(steps.cross_k, before_cross[:, stay])
+    assert steps.spare_k is None and steps.spare_v is None
+
+
 def test_the_beam_step_leaves_other_searches_to_the_core_strategy():
     model = _model(vocab_size=40)
     assert isinstance(StepBeam.for_search(model, SOURCES, DecodeConfig(beam=4)), StepBeam)

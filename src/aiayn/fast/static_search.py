@@ -192,9 +192,11 @@ class _Steps:
 
     def leave(self, sentences: Tensor, beam: int) -> None:
         """Keep the `beam` rows of each of `sentences` (still active,) only, in the stores
-        and the encoder-decoder keys, and their origin."""
+        and the encoder-decoder keys, and their origin. The old stores are let go, not kept
+        as spares: a search's rows only shrink, so no later copy could write into them."""
         rows = (sentences[:, None] * beam + torch.arange(beam, device=sentences.device)).flatten()
         self.reorder(rows, sentences)
+        self.spare_k = self.spare_v = None
         self.origin = self.origin[:, sentences]
 
     def reorder(self, rows: Tensor, sentences: Tensor | None) -> None:
