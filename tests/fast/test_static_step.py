@@ -33,7 +33,7 @@ from aiayn.fast import static_beam
 from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_beam import CHUNKED_FROM, StepBeam, widest_beam
 from aiayn.fast.static_search import StepSearch
-from aiayn.fast.static_step import DecoderStep, supports
+from aiayn.fast.static_step import DecoderStep, _step_linears, supports
 from aiayn.model.transformer import Transformer
 from conftest import tiny_model_config
 
@@ -431,14 +431,43 @@ def test_the_exported_steps_write_attention_out_and_compute_what_the_eager_step_
     program = compiled_module._step_program(model)
     targets = {str(node.target) for node in program.graph.nodes if node.op == "call_function"}
     assert "aten.bmm.default" in targets and not [t for t in targets if "scaled_dot_product" in t]
-    torch.manual_seed(1)
-    tokens, position, self_k, self_v, cross_k, cross_v, mask = compiled_module._step_inputs(
-        model, rows=6, sentences=2, earlier=3, src_len=5)  # fmt: skip
-    inputs = (torch.randint(4, model.config.vocab_size, tokens.shape), position, torch.randn_like(self_k),
-              torch.randn_like(self_v), torch.randn_like(cross_k), torch.randn_like(cross_v),
-              mask)  # fmt: skip
+    inputs = _random_step_inputs(model, seed=1)
     with torch.no_grad():
         expected = DecoderStep.from_model(model)(*inputs)
         got = program.module()(*inputs)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+
+
+def test_the_narrow_librarys_step_multiplies_by_weights_held_in_by_out_and_computes_the_same():
+    """`DecoderStep(model, transposed=True)`, exported as the narrow library's is: every
+    product of the decoder multiplies by one of its (in, out) buffers, the model's weight
+    transposed and laid out row by row, and the step gives the plain program's
+    log-probabilities and keys (float64)."""
+    model = _model().double()
+    plain = compiled_module._step_program(model)
+    turned = compiled_module._step_program(model, transposed=True)
+    linears = [model.get_submodule(path) for path in _step_linears(model)]
+    buffers = turned.graph_signature.inputs_to_buffers
+    aten = torch.ops.aten
+    products = [n for n in turned.graph.nodes if n.target in (aten.mm.default, aten.addmm.default)]
+    assert len(products) == len(linears) == 6 * len(model.decoder) + 1
+    for product, linear in zip(products, linears, strict=True):  # in the step's order
+        weight = product.args[1] if product.target is aten.mm.default else product.args[2]
+        assert weight.op == "placeholder" and buffers[weight.name].startswith("transposed_")
+        assert weight.meta["val"].shape == linear.weight.t().shape and weight.meta["val"].is_contiguous()
+    inputs = _random_step_inputs(model, seed=2)
+    with torch.no_grad():
+        expected, got = plain.module()(*inputs), turned.module()(*inputs)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-12, rtol=1e-12)
+
+
+def _random_step_inputs(model, seed: int) -> tuple:
+    """A step's inputs for 6 rows of 2 sentences after 3 positions: random tokens, keys and
+    values."""
+    torch.manual_seed(seed)
+    tokens, position, self_k, self_v, cross_k, cross_v, mask = compiled_module._step_inputs(
+        model, rows=6, sentences=2, earlier=3, src_len=5)  # fmt: skip
+    return (torch.randint(4, model.config.vocab_size, tokens.shape), position, torch.randn_like(self_k),
+            torch.randn_like(self_v), torch.randn_like(cross_k), torch.randn_like(cross_v), mask)  # fmt: skip

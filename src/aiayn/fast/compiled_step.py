@@ -20,9 +20,11 @@ search meets; so are the beam's width, the n-best and the output length in `Sear
 
 The right product for each width. Each function is built twice: a *narrow* library, in
 which Inductor times its candidate kernels (`max_autotune`) at the export example's few
-rows and keeps the faster, and a *wide* one with its default choices. A choice timed at a
-few rows is kept for every row count, and what wins one sentence at a time can lose wide
-batches; so both libraries are timed on inputs of growing width (`crossover`), and a call
+rows and keeps the faster, and whose decoder holds each weight as (in, out)
+(`DecoderStep`'s `transposed`: MKL multiplies a few rows by it without repacking the
+weight), and a *wide* one with its default choices and the model's (out, in) weights.
+A choice timed at a few rows is kept for every row count, and what wins one sentence at a
+time can lose wide batches; so both libraries are timed on inputs of growing width (`crossover`), and a call
 takes the wide one from the measured row count on (`ByRows`). The timing is done where the
 artifact is first loaded with a thread count (the crossover moves with it) and kept beside
 the libraries (`rows_file`: the counts and the timings). Inductor's own C++ matrix products
@@ -66,7 +68,7 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 14  # bumped when the functions' signatures or the build's settings change
+FORMAT = 15  # bumped when the functions' signatures or the build's settings change
 # Not for int8 models: Inductor's autotuning of their int8 products crashed the compiling
 # process (a corrupted heap), so they have the wide libraries only.
 NARROW_OPTIONS = {
@@ -272,11 +274,15 @@ def _build(model, path: Path) -> list[int]:
             program = f"{tmp}/{name}-program.pt2"
             torch.export.save(programs[name](model), program)
             jobs.append((program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS, frozen))
-            if not frozen:
-                jobs.append((program, f"{tmp}/{name}.pt2", NARROW_OPTIONS, frozen))
+            if not frozen:  # the narrow library's decoder reads its weights as (in, out)
+                narrow = program
+                if name != "source":
+                    narrow = f"{tmp}/{name}-narrow-program.pt2"
+                    torch.export.save(programs[name](model, transposed=True), narrow)
+                jobs.append((narrow, f"{tmp}/{name}.pt2", NARROW_OPTIONS, frozen))
         workers = compile_all(jobs)
-        for name in Compiled._fields:
-            os.remove(f"{tmp}/{name}-program.pt2")
+        for leftover in Path(tmp).glob("*-program.pt2"):
+            os.remove(leftover)
         if path.exists():  # a damaged artifact (it failed to load): this build replaces it
             shutil.rmtree(path)
         os.replace(tmp, path)
@@ -385,9 +391,9 @@ def _source_program(model) -> torch.export.ExportedProgram:
         return torch.export.export(SourceKeys(model).eval(), (src,), dynamic_shapes=dynamic)
 
 
-def _step_program(model) -> torch.export.ExportedProgram:
-    """`DecoderStep(model)` exported with dynamic rows, sentences and lengths."""
-    step, c, dims = DecoderStep.from_model(model), model.config, torch.export.Dim
+def _step_program(model, transposed: bool = False) -> torch.export.ExportedProgram:
+    """`DecoderStep(model, transposed)` exported with dynamic rows, sentences and lengths."""
+    step, c, dims = DecoderStep(model, transposed).eval(), model.config, torch.export.Dim
     # An example of 2 sentences x 2 rows, lengths 3 and 5: no dimension of size 0 or 1,
     # which the exporter would take for a constant.
     example = _step_inputs(model, rows=4, sentences=2, earlier=3, src_len=5)
@@ -398,8 +404,8 @@ def _step_program(model) -> torch.export.ExportedProgram:
         return written_out_attention(torch.export.export(step, example, dynamic_shapes=dynamic))
 
 
-def _search_step_program(model) -> torch.export.ExportedProgram:
-    """`SearchStep(model)` exported with dynamic sentences, beam (2 to `widest_beam`),
+def _search_step_program(model, transposed: bool = False) -> torch.export.ExportedProgram:
+    """`SearchStep(model, transposed)` exported with dynamic sentences, beam (2 to `widest_beam`),
     decoded positions, source length, n-best and output length."""
     c, dims = model.config, torch.export.Dim
     # 2 sentences of beam 3 after 4 positions, sources of 5 tokens, 2-best, outputs of 7
@@ -427,7 +433,7 @@ def _search_step_program(model) -> torch.export.ExportedProgram:
     dynamic = ({0: b, 1: k}, None, {0: t, 2: b, 3: k}, {0: t, 2: b, 3: k}, {1: b, 3: n},
                {1: b, 3: n}, {0: b, 3: n}, None, {0: t, 1: b, 2: k}, slot, slot, state)  # fmt: skip
     with torch.no_grad():
-        return written_out_attention(torch.export.export(SearchStep(model).eval(), example,
+        return written_out_attention(torch.export.export(SearchStep(model, transposed).eval(), example,
                                                          dynamic_shapes=dynamic))  # fmt: skip
 
 

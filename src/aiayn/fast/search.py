@@ -97,7 +97,7 @@ def block_topk(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     *lead, rows, width = x.shape
     chunks = width // TOPK_CHUNK
     # (an exported k, `static_beam.BeamStep`'s 2 * beam plus the rows' set-aside tokens,
-    # 5 * beam, is no int: the beam's rows hold 32 * beam chunks or more wherever it
+    # 5 * beam, is no int: the beam's rows hold 16 * beam chunks or more wherever it
     # searches by chunks, `CHUNKED_FROM`)
     if x.device.type != "cpu" or (isinstance(k, int) and rows * chunks <= k):  # GPUs keep torch.topk
         return x.flatten(-2).topk(k, dim=-1)

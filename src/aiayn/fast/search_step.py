@@ -41,9 +41,9 @@ from aiayn.fast.static_step import DecoderStep
 class SearchStep(nn.Module):
     """`DecoderStep`'s logits and `BeamStep` in one function (the module's docstring)."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, transposed: bool = False) -> None:
         super().__init__()
-        self.step = DecoderStep(model)
+        self.step = DecoderStep(model, transposed)  # transposed: `DecoderStep`'s
         self.beam = BeamStep(model.config.eos_id)
 
     def forward(

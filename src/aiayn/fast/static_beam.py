@@ -36,12 +36,14 @@ from aiayn.decode.strategy import NEG_INF, BeamStrategy, length_penalty
 from aiayn.fast.search import TOPK_CHUNK, block_topk
 
 
-CHUNKED_FROM = 32  # chunks of `TOPK_CHUNK` tokens a row from which the best are found by chunks
+CHUNKED_FROM = 16  # chunks of `TOPK_CHUNK` tokens a row from which the best are found by chunks
 
 
 def by_chunks(vocab: int) -> bool:
     """Whether `BeamStep` finds a sentence's best extensions by chunks (`block_topk`): from
-    `CHUNKED_FROM` chunks of a row on, where PyTorch's topk is slow."""
+    `CHUNKED_FROM` chunks of a row on (1024 tokens), where PyTorch's topk over the beam's
+    rows is slow. Compiled, the chunks gain from one sentence on even at a vocabulary of a
+    few thousand tokens; below that, one pass of topk is as fast as the chunks' two."""
     return vocab // TOPK_CHUNK >= CHUNKED_FROM
 
 

@@ -70,7 +70,7 @@ class SourceKeys(nn.Module):
 class DecoderStep(nn.Module):
     """The decoder's step over explicit keys and values (see the module's docstring)."""
 
-    def __init__(self, model: Transformer) -> None:
+    def __init__(self, model: Transformer, transposed: bool = False) -> None:
         super().__init__()
         if not supports(model):
             raise ValueError("DecoderStep needs nn.Linear or Int8Linear maps and no attention window")
@@ -78,6 +78,14 @@ class DecoderStep(nn.Module):
         self.model = model  # a submodule: its parameters are the step's (no copies)
         self.heads, self.d_k, self.d_v = c.n_heads, c.key_dim, c.value_dim
         self.pre_norm = c.norm == "pre"
+        # transposed: each of the step's nn.Linear weights also held as (in, out) (`_linear`)
+        self._transposed: dict[str, str] = {}  # a linear's path in the model -> its buffer
+        for path in _step_linears(model) if transposed else []:
+            linear = model.get_submodule(path)
+            if isinstance(linear, nn.Linear):
+                name = "transposed_" + path.replace(".", "_")
+                self.register_buffer(name, linear.weight.detach().t().contiguous(), persistent=False)
+                self._transposed[path] = name
 
     @classmethod
     def from_model(cls, model: Transformer) -> DecoderStep:
@@ -107,24 +115,25 @@ class DecoderStep(nn.Module):
         x = F.embedding(tokens, m.tgt_embed.weight) * m.tgt_embed.scale + position  # (rows, d)
         new_k, new_v = [], []
         for i, layer in enumerate(m.decoder):
-            attn, res = layer.self_attn, layer.res_self
-            q, k, v = _linear(attn.w_qkv, self._in(res, x)).split(
+            at = f"decoder.{i}"  # the layer's path in the model
+            res = layer.res_self
+            q, k, v = self._linear(f"{at}.self_attn.w_qkv", self._in(res, x)).split(
                 [self.heads * self.d_k, self.heads * self.d_k, self.heads * self.d_v], dim=-1
             )
             q, k, v = (t.view(rows, self.heads, -1) for t in (q, k, v))  # (rows, heads, d)
             new_k.append(k)
             new_v.append(v)
             out = self._self_attention(q, k, v, self_k[:, i], self_v[:, i])  # (rows, heads * d_v)
-            x = self._out(res, x, _linear(attn.w_o, out))
-            attn, res = layer.cross_attn, layer.res_cross
-            q = _linear(attn.w_q, self._in(res, x))  # (rows, heads * d_k)
+            x = self._out(res, x, self._linear(f"{at}.self_attn.w_o", out))
+            res = layer.res_cross
+            q = self._linear(f"{at}.cross_attn.w_q", self._in(res, x))  # (rows, heads * d_k)
             out = self._cross_attention(q, cross_k[i], cross_v[i], src_mask)
-            x = self._out(res, x, _linear(attn.w_o, out))
+            x = self._out(res, x, self._linear(f"{at}.cross_attn.w_o", out))
             ffn, res = layer.ffn, layer.res_ffn
-            hidden = ffn.activation(_linear(ffn.w_1, self._in(res, x)))  # (rows, d_ff)
-            x = self._out(res, x, _linear(ffn.w_2, hidden))
+            hidden = ffn.activation(self._linear(f"{at}.ffn.w_1", self._in(res, x)))  # (rows, d_ff)
+            x = self._out(res, x, self._linear(f"{at}.ffn.w_2", hidden))
         x = m.decoder_norm(x)  # the pre-LN stack's final norm; the paper's post-LN: none
-        logits = _linear(m.out_proj, x)  # (rows, vocab)
+        logits = self._linear("out_proj", x)  # (rows, vocab)
         return logits.float(), torch.stack(new_k), torch.stack(new_v)
 
     def _in(self, res: nn.Module, x: Tensor) -> Tensor:
@@ -154,12 +163,25 @@ class DecoderStep(nn.Module):
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=src_mask)
         return out.transpose(1, 2).reshape(rows, self.heads * self.d_v)  # (rows, heads * d_v)
 
+    def _linear(self, path: str, x: Tensor) -> Tensor:
+        """The model's linear map at `path` applied to x: eagerly the module itself (the
+        fast path's product choice, where it is swapped in); traced for a compiler, plain
+        `F.linear`, whose products the compiler picks (an `Int8Linear` gives its own traced
+        form). A step built `transposed` multiplies by the weight held as (in, out) instead:
+        x @ W^T with W^T stored row by row, which MKL's products take without repacking W
+        at each call, faster at a few rows; at hundreds of rows the (out, in) form is as fast
+        or faster (`compiled_step` builds one library each way and times them)."""
+        linear = self.model.get_submodule(path)
+        if torch.compiler.is_compiling() and isinstance(linear, nn.Linear):
+            if path not in self._transposed:
+                return F.linear(x, linear.weight, linear.bias)
+            weight = getattr(self, self._transposed[path])  # (in, out)
+            return x @ weight if linear.bias is None else torch.addmm(linear.bias, x, weight)
+        return linear(x)
 
 
-def _linear(linear: nn.Module, x: Tensor) -> Tensor:
-    """`linear(x)`: eagerly the module itself (the fast path's product choice, where it is
-    swapped in); traced for a compiler, plain `F.linear`, whose products the compiler picks
-    (an `Int8Linear` gives its own traced form)."""
-    if torch.compiler.is_compiling() and isinstance(linear, nn.Linear):
-        return F.linear(x, linear.weight, linear.bias)
-    return linear(x)
+def _step_linears(model: Transformer) -> list[str]:
+    """The paths of the linear maps a decoder step applies (not the encoder-decoder keys'
+    and values', which `SourceKeys` computes once)."""
+    maps = ("self_attn.w_qkv", "self_attn.w_o", "cross_attn.w_q", "cross_attn.w_o", "ffn.w_1", "ffn.w_2")
+    return [*(f"decoder.{i}.{name}" for i in range(len(model.decoder)) for name in maps), "out_proj"]
