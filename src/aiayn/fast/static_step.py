@@ -27,6 +27,7 @@ restricted self-attention (a window: `supports` says no).
 from __future__ import annotations
 
 import math
+from functools import reduce
 
 import torch
 import torch.nn.functional as F
@@ -171,7 +172,7 @@ class DecoderStep(nn.Module):
         x @ W^T with W^T stored row by row, which MKL's products take without repacking W
         at each call, faster at a few rows; at hundreds of rows the (out, in) form is as fast
         or faster (`compiled_step` builds one library each way and times them)."""
-        linear = self.model.get_submodule(path)
+        linear = reduce(getattr, path.split("."), self.model)  # not get_submodule: its checks are slow per call
         if torch.compiler.is_compiling() and isinstance(linear, nn.Linear):
             if path not in self._transposed:
                 return F.linear(x, linear.weight, linear.bias)
