@@ -200,29 +200,38 @@ def test_the_compiled_search_step_of_a_large_vocabulary_finds_the_eager_ones_hyp
 @pytest.mark.slow
 def test_an_int8_models_compiled_search_multiplies_in_int8_and_finds_the_eager_ones_hypotheses(
         tmp_path, monkeypatch):  # fmt: skip
-    """`for_inference(int8=True)` builds the int8 model's step (frozen, in processes of
-    their own, `compiled_step._build`): its libraries call oneDNN's int8 products, with no
-    float product left; it has wide libraries only, loaded without a crossover to time; and
-    the compiled search finds the eager int8 `SearchStep`'s hypotheses (`linear_dynamic`'s
-    products) for every beam config. Only where oneDNN's int8 sums are exact: elsewhere int8
-    models keep the eager search (`can_compile`, tested above)."""
+    """`for_inference(int8=True)` builds the int8 model's step (in processes of their own,
+    `compiled_step._build`): its wide libraries, frozen, call oneDNN's int8 products with no
+    float product left; its narrow step and search step (not frozen) multiply in float32
+    (`DecoderStep._linear`), and its source is wide only; the crossover is timed for the
+    step alone; and the compiled search finds the eager int8 `SearchStep`'s hypotheses
+    (`linear_dynamic`'s products) for every beam config, through either library. Only where
+    oneDNN's int8 sums are exact: elsewhere int8 models keep the eager search
+    (`can_compile`, tested above)."""
     if not onednn_sums_exact():
         pytest.skip("oneDNN's int8 sums are 16-bit here (AVX2): int8 models are not compiled")
     monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
     model, search = fast.for_inference(_model(vocab_size=40), int8=True, compile="always")
     assert isinstance(search, StepSearch) and search.kind == "compiled decoder step"
     path = artifact_path(model)
-    assert not isinstance(search.search_step, ByRows) and not list(path.glob("rows-*.json"))
-    for name in ("step", "source", "search_step"):
-        assert not (path / f"{name}.pt2").exists()  # no narrow library: the wide one alone
-        with zipfile.ZipFile(path / f"{name}-wide.pt2") as zipped:
-            wrapper = next(zipped.read(n).decode() for n in zipped.namelist() if n.endswith("wrapper.cpp"))
-        # the weights' products (attention's bmm over keys aside)
-        products = set(re.findall(r"aoti_torch_cpu_(\w*linear\w*|addmm\w*|mm\w*)\(", wrapper))
-        assert products and all(p.startswith("_qlinear_pointwise") for p in products), products
+    assert isinstance(search.search_step, ByRows) and not isinstance(search.source, ByRows)
+    assert list(json.loads(rows_file(path).read_text())) == ["step"]
+    assert not (path / "source.pt2").exists()
+
+    def wrapper(package: str) -> str:
+        with zipfile.ZipFile(path / package) as zipped:
+            return next(zipped.read(n).decode() for n in zipped.namelist() if n.endswith("wrapper.cpp"))
+
+    for name in ("step", "source", "search_step"):  # the weights' products (attention's bmm aside)
+        wide = set(re.findall(r"aoti_torch_cpu_(\w*linear\w*|addmm\w*|mm\w*)\(", wrapper(f"{name}-wide.pt2")))
+        assert wide and all(p.startswith("_qlinear_pointwise") for p in wide), wide
+    for name in ("step", "search_step"):  # ATen's float products, or Inductor's own at these sizes
+        assert "qlinear" not in wrapper(f"{name}.pt2")
     eager = StepSearch(model, search_step=SearchStep(model))
-    for config in BEAMS.values():
-        _same(search(SOURCES, config), eager(SOURCES, config))
+    for wide_from in (None, 1):  # every call through the narrow libraries, then the wide ones
+        search.step.wide_from = search.search_step.wide_from = wide_from
+        for config in BEAMS.values():
+            _same(search(SOURCES, config), eager(SOURCES, config))
 
 
 @pytest.mark.parametrize("kind", ["paper", "pre-LN"])
@@ -461,6 +470,30 @@ def test_the_narrow_librarys_step_multiplies_by_weights_held_in_by_out_and_compu
         expected, got = plain.module()(*inputs), turned.module()(*inputs)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, atol=1e-12, rtol=1e-12)
+
+
+def test_an_int8_models_narrow_step_computes_its_int8_arithmetic_in_float32():
+    """An int8 model's narrow library (`DecoderStep(model, transposed=True)`, built without
+    freezing): every product multiplies the input's int8 levels (one quantization each) by
+    an (in, out) buffer of the weights' int8 values, and the step gives the eager int8
+    step's log-probabilities and keys (oneDNN's or fbgemm's int8 products) to float32's
+    rounding of the scaling: whole-number sums are exact in float32."""
+    model = quantize_int8(_model())
+    turned = compiled_module._step_program(model, transposed=True)
+    linears = [model.get_submodule(path) for path in _step_linears(model)]
+    buffers, values = turned.graph_signature.inputs_to_buffers, dict(turned.named_buffers())
+    aten, nodes = torch.ops.aten, list(turned.graph.nodes)
+    products = [n for n in nodes if n.target in (aten.mm.default, aten.addmm.default)]
+    quantized = [n for n in nodes if n.target is torch.ops.quantized_decomposed.quantize_per_tensor.tensor]
+    assert len(products) == len(quantized) == len(linears) == 6 * len(model.decoder) + 1
+    for product, linear in zip(products, linears, strict=True):  # in the step's order
+        weight = values[buffers[product.args[-1].name]]
+        assert torch.equal(weight, linear.weight_int8.float().t()) and weight.is_contiguous()
+    inputs = _random_step_inputs(model, seed=2)
+    with torch.no_grad():
+        expected, got = DecoderStep.from_model(model)(*inputs), turned.module()(*inputs)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
 
 
 def _random_step_inputs(model, seed: int) -> tuple:

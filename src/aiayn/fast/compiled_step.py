@@ -29,10 +29,14 @@ takes the wide one from the measured row count on (`ByRows`). The timing is done
 artifact is first loaded with a thread count (the crossover moves with it) and kept beside
 the libraries (`rows_file`: the counts and the timings). Inductor's own C++ matrix products
 are candidates only for weights folded in as constants (`freezing`), which float32 builds
-go without (`_compile`): their products are ATen's (MKL's). An int8 model's are oneDNN's
-int8 products, its weights packed once, and it is built wide only (`NARROW_OPTIONS`).
+go without (`_compile`): their products are ATen's (MKL's). An int8 model's wide libraries
+are frozen: their products are oneDNN's int8 ones, weights packed once. At a few rows each
+of those calls costs tens of microseconds of setup, more than its arithmetic, so its narrow
+decoder computes the same int8 arithmetic in float32 (`DecoderStep._linear`), and the
+crossover decides where oneDNN's calls take over. Its encoder is built wide only: a
+narrow one, timed, lost to oneDNN's from one sentence of 16 tokens on.
 
-The artifact, a directory of the six packages (three for an int8 model; and the crossovers
+The artifact, a directory of the six packages (five for an int8 model; and the crossovers
 timed with each thread count), is keyed by everything that makes it valid: the weights and config (a hash of
 them), the dtype, the machine (`linear.machine_digest`: CPU model, kernel ISA, torch's
 version) and this module's `FORMAT`. It is written whole
@@ -68,9 +72,9 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 15  # bumped when the functions' signatures or the build's settings change
-# Not for int8 models: Inductor's autotuning of their int8 products crashed the compiling
-# process (a corrupted heap), so they have the wide libraries only.
+FORMAT = 16  # bumped when the functions' signatures or the build's settings change
+# Never frozen (`_compile`), so never over an int8 model's oneDNN products: Inductor's
+# autotuning of those crashed the compiling process (a corrupted heap).
 NARROW_OPTIONS = {
     "freezing": True,  # weights as constants, packed once, where `_compile` freezes
     "max_autotune": True,  # time Inductor's candidate kernels, per shape
@@ -148,17 +152,15 @@ def _load(path: Path, model) -> Compiled:
     def library(name: str) -> _Loaded:
         return _Loaded(torch._inductor.aoti_load_package(str(path / f"{name}.pt2")))
 
-    if is_int8(model):  # its wide libraries only (`NARROW_OPTIONS`): nothing to choose between
-        step, source, search_step = (library(f"{name}-wide") for name in Compiled._fields)
-        return Compiled(step=step, source=source, search_step=search_step)
-    step, source, search_step = (
-        ByRows(library(name), library(f"{name}-wide"), None, rows)
-        for name, rows in (("step", _step_rows), ("source", _source_rows),
-                           ("search_step", _search_step_rows))
-    )  # fmt: skip
+    step, search_step = (ByRows(library(name), library(f"{name}-wide"), None, rows)
+                         for name, rows in (("step", _step_rows), ("search_step", _search_step_rows)))  # fmt: skip
+    source = library("source-wide")  # an int8 model's only source library
+    if not is_int8(model):
+        source = ByRows(library("source"), source, None, _source_rows)
     found = _crossovers(path, model, step, source)
-    step.wide_from, source.wide_from = found["step"]["wide_from"], found["source"]["wide_from"]
-    search_step.wide_from = step.wide_from  # the same products at the same rows
+    step.wide_from = search_step.wide_from = found["step"]["wide_from"]  # the same products
+    if isinstance(source, ByRows):
+        source.wide_from = found["source"]["wide_from"]
     return Compiled(step=step, source=source, search_step=search_step)
 
 
@@ -167,17 +169,19 @@ def rows_file(path: Path) -> Path:
     return path / f"rows-{torch.get_num_threads()}-threads.json"
 
 
-def _crossovers(path: Path, model, step: ByRows, source: ByRows) -> dict:
-    """The narrow and wide libraries' crossovers (`crossover`) at this thread count: read
-    from `rows_file`, else measured now (a second or two, once) and stored there."""
+def _crossovers(path: Path, model, step: ByRows, source: Callable) -> dict:
+    """The narrow and wide libraries' crossovers (`crossover`) at this thread count, the
+    step's and (where it has two libraries) the source's: read from `rows_file`, else
+    measured now (a second or two, once) and stored there."""
     file = rows_file(path)
     try:
         return json.loads(file.read_text())
     except (OSError, ValueError):  # not measured at this thread count yet, or damaged
         pass
     with torch.no_grad():
-        found = {"step": crossover(step.narrow, step.wide, _step_examples(model)),
-                 "source": crossover(source.narrow, source.wide, _source_examples(model))}  # fmt: skip
+        found = {"step": crossover(step.narrow, step.wide, _step_examples(model))}
+        if isinstance(source, ByRows):
+            found["source"] = crossover(source.narrow, source.wide, _source_examples(model))
     tmp = file.with_name(f".{file.name}.{os.getpid()}")
     try:  # written aside and renamed: a reader never sees half
         tmp.write_text(json.dumps(found, indent=1) + "\n")
@@ -269,17 +273,18 @@ def _build(model, path: Path) -> list[int]:
     try:
         programs = {"step": _step_program, "source": _source_program,
                     "search_step": _search_step_program}  # fmt: skip
-        jobs, frozen = [], is_int8(model)
+        jobs, int8 = [], is_int8(model)
         for name in reversed(Compiled._fields):  # the search step first: the longest build
             program = f"{tmp}/{name}-program.pt2"
             torch.export.save(programs[name](model), program)
-            jobs.append((program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS, frozen))
-            if not frozen:  # the narrow library's decoder reads its weights as (in, out)
-                narrow = program
-                if name != "source":
-                    narrow = f"{tmp}/{name}-narrow-program.pt2"
-                    torch.export.save(programs[name](model, transposed=True), narrow)
-                jobs.append((narrow, f"{tmp}/{name}.pt2", NARROW_OPTIONS, frozen))
+            jobs.append((program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS, int8))
+            if name == "source" and int8:  # oneDNN's int8 encoder won at every width timed
+                continue
+            narrow = program  # the narrow library's decoder reads its weights as (in, out)
+            if name != "source":
+                narrow = f"{tmp}/{name}-narrow-program.pt2"
+                torch.export.save(programs[name](model, transposed=True), narrow)
+            jobs.append((narrow, f"{tmp}/{name}.pt2", NARROW_OPTIONS, False))
         workers = compile_all(jobs)
         for leftover in Path(tmp).glob("*-program.pt2"):
             os.remove(leftover)

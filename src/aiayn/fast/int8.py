@@ -129,18 +129,34 @@ class Int8Linear(nn.Module):
         x (..., in) -> (..., out), one input scale over all of x as `linear_dynamic` takes."""
         from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401
 
-        ops, levels = torch.ops.quantized_decomposed, (0, self.input_max, torch.uint8)
         rows = x.reshape(-1, x.size(-1))  # (tokens, in)
         n = rows.size(0)
         # zero rows up to a bucket's size (`linear.bucket_rows`): oneDNN builds and keeps a
         # kernel per row count. Zeros leave the input's scale as it was (its range holds 0).
         rows = padded_to_bucket(rows)  # (padded, in)
+        ops, levels = torch.ops.quantized_decomposed, (0, self.input_max, torch.uint8)
         scale, zero = ops.choose_qparams.tensor(rows, *levels[:2], torch.finfo(torch.float32).eps, levels[2])
         rows = ops.dequantize_per_tensor.tensor(ops.quantize_per_tensor.tensor(rows, scale, zero, *levels),
                                                 scale, zero, *levels)  # fmt: skip
-        weight = ops.dequantize_per_channel(self.weight_int8, self.weight_scale, self.weight_zero, 0,
-                                            -128, 127, torch.int8)  # (out, in) fmt: skip
-        return F.linear(rows, weight, self.bias)[:n].view(*x.shape[:-1], -1)  # (..., out)
+        return F.linear(rows, self.dequantized(), self.bias)[:n].view(*x.shape[:-1], -1)  # (..., out)
+
+    def input_levels(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (..., in) quantized per tensor to `input_max` + 1 levels, as `linear_dynamic`
+        quantizes its input: -> (the levels less the zero point, whole numbers in float32;
+        their scale, (1,))."""
+        from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401
+
+        ops, levels = torch.ops.quantized_decomposed, (0, self.input_max, torch.uint8)
+        scale, zero = ops.choose_qparams.tensor(x, *levels[:2], torch.finfo(torch.float32).eps, levels[2])
+        return ops.quantize_per_tensor.tensor(x, scale, zero, *levels).float() - zero, scale.float()
+
+    def dequantized(self) -> torch.Tensor:
+        """(out, in) the int8 weights times their row scales, in float32: the values the int8
+        product multiplies by."""
+        from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401
+
+        return torch.ops.quantized_decomposed.dequantize_per_channel(
+            self.weight_int8, self.weight_scale, self.weight_zero, 0, -128, 127, torch.int8)
 
 
 def int8_engine() -> str:

@@ -79,14 +79,15 @@ class DecoderStep(nn.Module):
         self.model = model  # a submodule: its parameters are the step's (no copies)
         self.heads, self.d_k, self.d_v = c.n_heads, c.key_dim, c.value_dim
         self.pre_norm = c.norm == "pre"
-        # transposed: each of the step's nn.Linear weights also held as (in, out) (`_linear`)
+        # transposed: each of the step's weights also held as (in, out) in float32 (`_linear`),
+        # an int8 map's as its int8 values
         self._transposed: dict[str, str] = {}  # a linear's path in the model -> its buffer
         for path in _step_linears(model) if transposed else []:
             linear = model.get_submodule(path)
-            if isinstance(linear, nn.Linear):
-                name = "transposed_" + path.replace(".", "_")
-                self.register_buffer(name, linear.weight.detach().t().contiguous(), persistent=False)
-                self._transposed[path] = name
+            weight = linear.weight_int8.float() if isinstance(linear, Int8Linear) else linear.weight
+            name = "transposed_" + path.replace(".", "_")
+            self.register_buffer(name, weight.detach().t().contiguous(), persistent=False)
+            self._transposed[path] = name
 
     @classmethod
     def from_model(cls, model: Transformer) -> DecoderStep:
@@ -171,13 +172,21 @@ class DecoderStep(nn.Module):
         form). A step built `transposed` multiplies by the weight held as (in, out) instead:
         x @ W^T with W^T stored row by row, which MKL's products take without repacking W
         at each call, faster at a few rows; at hundreds of rows the (out, in) form is as fast
-        or faster (`compiled_step` builds one library each way and times them)."""
+        or faster (`compiled_step` builds one library each way and times them). An int8
+        map's product is then its int8 arithmetic in float32 registers, where oneDNN's int8
+        call costs more than a few rows' arithmetic: the input's levels times the weights'
+        int8 values, whole numbers whose float32 sums are exact below 2^24 (255 x 127 x 512
+        is below it), then scaled, as oneDNN scales its int32 sums."""
         linear = reduce(getattr, path.split("."), self.model)  # not get_submodule: its checks are slow per call
-        if torch.compiler.is_compiling() and isinstance(linear, nn.Linear):
-            if path not in self._transposed:
-                return F.linear(x, linear.weight, linear.bias)
+        if torch.compiler.is_compiling() and path in self._transposed:
             weight = getattr(self, self._transposed[path])  # (in, out)
+            if isinstance(linear, Int8Linear):
+                levels, scale = linear.input_levels(x)  # (rows, in) whole numbers, (1,)
+                out = (levels @ weight) * (scale * linear.weight_scale)  # (rows, out)
+                return out if linear.bias is None else out + linear.bias
             return x @ weight if linear.bias is None else torch.addmm(linear.bias, x, weight)
+        if torch.compiler.is_compiling() and isinstance(linear, nn.Linear):
+            return F.linear(x, linear.weight, linear.bias)
         return linear(x)
 
 
