@@ -140,6 +140,10 @@ class StepBeam(BeamStrategy):
         self.scores[:, 0] = 0.0  # one live hypothesis, bos, until the first step
         self.tokens = torch.full((batch, beam, width), pad_id, dtype=torch.long, device=max_len.device)
         self.max_lp = self._lp(max_len.float())  # (batch,) the penalty at each sentence's max_len
+        # each step's numbers (`advance`), made once: (|Y|, min_len) and (lp(|Y|), lp(|Y| + 1))
+        lengths = range(int(max_len.max()) + 2 if batch else 2)
+        self._ints = torch.tensor([[n, min_len] for n in lengths])  # (lengths, 2)
+        self._lps = torch.tensor([[self._lp(n), self._lp(n + 1.0)] for n in lengths])  # (lengths, 2)
 
     @classmethod
     def for_search(cls, model, src: Tensor, config: DecodeConfig, eos_id: int | None = None):
@@ -157,10 +161,9 @@ class StepBeam(BeamStrategy):
         """One step on: `BeamStep`'s inputs after the logits and the forbidden tokens, the
         state and this step's numbers."""
         self.length += 1
-        ints = torch.tensor([self.length, self.min_len])
-        lps = torch.tensor([self._lp(self.length), self._lp(self.length + 1.0)])
         return (self.scores, self.tokens, self.fin_scores, self.fin_logp, self.fin_len,
-                self.fin_tokens, self.max_len, self.max_lp, ints, lps)  # fmt: skip
+                self.fin_tokens, self.max_len, self.max_lp, self._ints[self.length],
+                self._lps[self.length])  # fmt: skip
 
     def update(self, out: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor]:
         """`BeamStep`'s outputs: keep the new state; -> rows, tokens, done."""

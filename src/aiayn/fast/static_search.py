@@ -70,6 +70,7 @@ class StepSearch(Searcher):
         self.source = compiled.source if compiled else SourceKeys(model).eval()
         self.search_step = compiled.search_step if compiled and search_step is None else search_step
         self.kind = "compiled decoder step" if compiled else "decoder step"
+        self._sinusoids: Tensor | None = None  # `_positions`' table, made once
 
     def __call__(
         self, src: Tensor, config: DecodeConfig, bos_id: int | None = None,
@@ -141,7 +142,11 @@ class StepSearch(Searcher):
         table = self.model.tgt_positional
         if table.learned:
             return table.weight[:length]
-        return sinusoid_table(length, table.d_model).to(like)
+        made = self._sinusoids
+        if made is None or made.size(0) < length or (made.dtype, made.device) != (like.dtype, like.device):
+            made = self._sinusoids = sinusoid_table(max(length, self.model.config.max_len),
+                                                    table.d_model).to(like)  # fmt: skip
+        return made[:length]
 
 
 @dataclass
@@ -160,6 +165,9 @@ class _Steps:
     spare_v: Tensor | None = None
     written: int = 0  # positions fed so far
     origin: Tensor | None = None  # (written, sentences, beam): `SearchStep`'s, in its search
+    # `search`'s view of the stores, (length, layers, sentences, beam, heads, d): made again
+    # only when the stores are replaced (as sentences leave)
+    by_sentence: tuple[Tensor, Tensor, Tensor] | None = None  # (self_k it views, keys, values)
 
     def __call__(self, tokens: Tensor) -> Tensor:
         """tokens (rows,) fed at the next position -> (rows, vocab) log-probabilities."""
@@ -180,11 +188,13 @@ class _Steps:
         t, (sentences, beam) = self.written, tokens.shape
         if self.origin is None:
             self.origin = tokens.new_zeros(0, sentences, beam)
-        by_sentence = lambda store: store.unflatten(-3, (sentences, beam))  # noqa: E731
+        if self.by_sentence is None or self.by_sentence[0] is not self.self_k:
+            self.by_sentence = (self.self_k, *(store.unflatten(2, (sentences, beam))
+                                               for store in (self.self_k, self.self_v)))  # fmt: skip
+        _, keys, values = self.by_sentence
         out = search_step(
-            tokens, self.positions[t], by_sentence(self.self_k[:t]), by_sentence(self.self_v[:t]),
-            self.cross_k, self.cross_v, self.src_mask, forbidden, self.origin,
-            by_sentence(self.self_k[t]), by_sentence(self.self_v[t]), *strategy.advance(),
+            tokens, self.positions[t], keys[:t], values[:t], self.cross_k, self.cross_v,
+            self.src_mask, forbidden, self.origin, keys[t], values[t], *strategy.advance(),
         )  # fmt: skip
         self.origin = out[-1]  # (t + 1, sentences, beam)
         self.written += 1
