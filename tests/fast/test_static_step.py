@@ -184,20 +184,6 @@ def test_a_large_vocabulary_takes_each_sentences_best_by_chunks_to_the_bit(monke
 
 
 @pytest.mark.slow
-def test_the_compiled_search_step_of_a_large_vocabulary_finds_the_eager_ones_hypotheses(tmp_path):
-    """The whole search step compiled with dynamic sentences, beam and lengths (`block_topk`
-    under export) finds the eager `SearchStep`'s hypotheses, at beams up to wider than a
-    row's chunks."""
-    model = fast.apply(_model(vocab_size=LARGE_VOCAB))
-    compiled_module._compile(compiled_module._search_step_program(model),
-                             str(tmp_path / "search.pt2"), compiled_module.WIDE_OPTIONS)  # fmt: skip
-    compiled = compiled_module._Loaded(torch._inductor.aoti_load_package(str(tmp_path / "search.pt2")))
-    eager = StepSearch(model, search_step=SearchStep(model))
-    for config in (*BEAMS.values(), DecodeConfig(beam=CHUNKED_FROM + 3, nbest=3, max_len_offset=3)):
-        _same(StepSearch(model, search_step=compiled)(SOURCES, config), eager(SOURCES, config))
-
-
-@pytest.mark.slow
 def test_an_int8_models_compiled_search_multiplies_in_int8_and_finds_the_eager_ones_hypotheses(
         tmp_path, monkeypatch):  # fmt: skip
     """`for_inference(int8=True)` builds the int8 model's step (in processes of their own,
@@ -211,6 +197,7 @@ def test_an_int8_models_compiled_search_multiplies_in_int8_and_finds_the_eager_o
     if not onednn_sums_exact():
         pytest.skip("oneDNN's int8 sums are 16-bit here (AVX2): int8 models are not compiled")
     monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ByRows, "keep_used", lambda self: None)  # both libraries, to route to below
     model, search = fast.for_inference(_model(vocab_size=40), int8=True, compile="always")
     assert isinstance(search, StepSearch) and search.kind == "compiled decoder step"
     path = artifact_path(model)
@@ -317,6 +304,17 @@ def test_calls_go_to_the_library_for_their_row_count():
     assert never(torch.zeros(1000)) == "narrow"
 
 
+def test_a_library_that_no_call_takes_is_let_go():
+    """`keep_used`: where the wide library serves from one row on the narrow one goes (and
+    its copy of the weights with it), where the wide one never serves it goes; where each
+    serves some rows both stay."""
+    narrow, wide = (lambda *x: "narrow"), (lambda *x: "wide")
+    for wide_from, kept in ((1, (wide, wide)), (None, (narrow, narrow)), (8, (narrow, wide))):
+        by_rows = ByRows(narrow, wide, wide_from, rows=lambda tokens: tokens.size(0))
+        by_rows.keep_used()
+        assert (by_rows.narrow, by_rows.wide) == kept
+
+
 def test_crossover_times_both_libraries_at_each_width():
     narrow = lambda x: time.sleep(1e-3 * x.size(0))  # noqa: E731
     wide = lambda x: time.sleep(2e-3 + 1e-4 * x.size(0))  # noqa: E731
@@ -355,12 +353,15 @@ def test_a_build_that_fails_warns_and_decoding_goes_on_without_it(tmp_path, monk
 @pytest.mark.slow
 def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, monkeypatch):
     """One build (tens of seconds): the compiled search finds the core's hypotheses in
-    float32 over a batch and one sentence at a time, and a second model with the same
-    weights loads the stored library instead of building."""
-    core = _model(seed=1, vocab_size=40)
+    float32 over a batch and one sentence at a time, through either library, at every beam
+    config, up to a beam wider than a row's chunks (a vocabulary searched by chunks:
+    `block_topk` under export); and a second model with the same weights loads the stored
+    library instead of building."""
+    core = _model(seed=1, vocab_size=LARGE_VOCAB)
     monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
-    builders, build = [], compiled_module._build
+    builders, build, keep_used = [], compiled_module._build, ByRows.keep_used
     monkeypatch.setattr(compiled_module, "_build", lambda *args: builders.extend(build(*args)))
+    monkeypatch.setattr(ByRows, "keep_used", lambda self: None)  # both libraries, to route to below
     model, search = fast.for_inference(copy.deepcopy(core), compile="always")
     # the six libraries built each in a process of its own, side by side on several CPUs
     assert len(builders) == 6 and len(set(builders)) == 6 and os.getpid() not in builders
@@ -388,7 +389,8 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     for wide_from in (1, None):  # every call through the wide libraries, then the narrow ones
         search.step.wide_from = search.source.wide_from = search.search_step.wide_from = wide_from
         _same(search(SOURCES, config), core_search(core, SOURCES, config))
-        for other in BEAMS.values():  # other beams, n-bests and limits: the same libraries
+        wider = DecodeConfig(beam=CHUNKED_FROM + 3, nbest=3, max_len_offset=3)
+        for other in (*BEAMS.values(), wider):  # other beams, n-bests and limits: the same libraries
             _same(search(SOURCES, other), core_search(core, SOURCES, other))
 
     def refuse(model, path):
@@ -409,6 +411,13 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
         assert rows_file(artifact_path(model)).exists() and rows_here.exists()
         fast.for_inference(copy.deepcopy(core))
         assert len(measured) == 2
+        # where the wide libraries serve from one row on, the narrow ones are let go
+        monkeypatch.setattr(ByRows, "keep_used", keep_used)
+        monkeypatch.setattr(compiled_module, "crossover", lambda *args: {"wide_from": 1, "ms": {}})
+        torch.set_num_threads(threads + 2)
+        wide = fast.for_inference(copy.deepcopy(core)).search
+        assert all(f.narrow is f.wide for f in (wide.step, wide.source, wide.search_step))
+        _same(wide(SOURCES, config), core_search(core, SOURCES, config))
     finally:
         torch.set_num_threads(threads)
 

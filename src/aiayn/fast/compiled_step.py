@@ -27,7 +27,8 @@ A choice timed at a few rows is kept for every row count, and what wins one sent
 time can lose wide batches; so both libraries are timed on inputs of growing width (`crossover`), and a call
 takes the wide one from the measured row count on (`ByRows`). The timing is done where the
 artifact is first loaded with a thread count (the crossover moves with it) and kept beside
-the libraries (`rows_file`: the counts and the timings). Inductor's own C++ matrix products
+the libraries (`rows_file`: the counts and the timings); a library that no row count then
+takes is let go, with its copy of the weights (`ByRows.keep_used`). Inductor's own C++ matrix products
 are candidates only for weights folded in as constants (`freezing`), which float32 builds
 go without (`_compile`): their products are ATen's (MKL's). An int8 model's wide libraries
 are frozen: their products are oneDNN's int8 ones, weights packed once. At a few rows each
@@ -161,6 +162,9 @@ def _load(path: Path, model) -> Compiled:
     step.wide_from = search_step.wide_from = found["step"]["wide_from"]  # the same products
     if isinstance(source, ByRows):
         source.wide_from = found["source"]["wide_from"]
+        source.keep_used()
+    step.keep_used()
+    search_step.keep_used()
     return Compiled(step=step, source=source, search_step=search_step)
 
 
@@ -215,6 +219,15 @@ class ByRows:
     def __call__(self, *inputs: Tensor) -> tuple[Tensor, ...]:
         wide = self.wide_from is not None and self.rows(*inputs) >= self.wide_from
         return (self.wide if wide else self.narrow)(*inputs)
+
+    def keep_used(self) -> None:
+        """Let go of a library that no call takes (each holds its own copy of the weights):
+        the narrow one where the wide one serves from one row on, the wide one where it
+        never serves."""
+        if self.wide_from is None:
+            self.wide = self.narrow
+        elif self.wide_from <= 1:
+            self.narrow = self.wide
 
 
 def _step_rows(tokens: Tensor, *rest: Tensor) -> int:
