@@ -486,7 +486,10 @@ def test_an_int8_models_narrow_step_computes_its_int8_arithmetic_in_float32():
     freezing): every product multiplies the input's int8 levels (one quantization each) by
     an (in, out) buffer of the weights' int8 values, and the step gives the eager int8
     step's log-probabilities and keys (oneDNN's or fbgemm's int8 products) to float32's
-    rounding of the scaling: whole-number sums are exact in float32."""
+    rounding of the scaling: whole-number sums are exact in float32. Only where int8 models
+    compile (`can_compile`): elsewhere the eager products are fbgemm's, which round otherwise."""
+    if not onednn_sums_exact():
+        pytest.skip("oneDNN's int8 sums are 16-bit here (AVX2): int8 models are not compiled")
     model = quantize_int8(_model())
     turned = compiled_module._step_program(model, transposed=True)
     linears = [model.get_submodule(path) for path in _step_linears(model)]
