@@ -133,22 +133,25 @@ class Int8Linear(nn.Module):
         n = rows.size(0)
         # zero rows up to a bucket's size (`linear.bucket_rows`): oneDNN builds and keeps a
         # kernel per row count. Zeros leave the input's scale as it was (its range holds 0).
-        rows = padded_to_bucket(rows)  # (padded, in)
-        ops, levels = torch.ops.quantized_decomposed, (0, self.input_max, torch.uint8)
-        scale, zero = ops.choose_qparams.tensor(rows, *levels[:2], torch.finfo(torch.float32).eps, levels[2])
-        rows = ops.dequantize_per_tensor.tensor(ops.quantize_per_tensor.tensor(rows, scale, zero, *levels),
-                                                scale, zero, *levels)  # fmt: skip
+        quantized, scale, zero = self._quantized_input(padded_to_bucket(rows))  # (padded, in)
+        rows = torch.ops.quantized_decomposed.dequantize_per_tensor.tensor(
+            quantized, scale, zero, 0, self.input_max, torch.uint8)  # fmt: skip
         return F.linear(rows, self.dequantized(), self.bias)[:n].view(*x.shape[:-1], -1)  # (..., out)
 
     def input_levels(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (..., in) quantized per tensor to `input_max` + 1 levels, as `linear_dynamic`
-        quantizes its input: -> (the levels less the zero point, whole numbers in float32;
-        their scale, (1,))."""
+        """x (..., in) quantized as `linear_dynamic` quantizes its input -> (the levels less
+        the zero point, whole numbers in float32; their scale, (1,))."""
+        quantized, scale, zero = self._quantized_input(x)
+        return quantized.float() - zero, scale.float()
+
+    def _quantized_input(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x (..., in) quantized per tensor to `input_max` + 1 levels, in PyTorch's decomposed
+        quantization ops -> (uint8 levels, scale, zero point)."""
         from torch.ao.quantization.fx._decomposed import quantized_decomposed_lib  # noqa: F401
 
         ops, levels = torch.ops.quantized_decomposed, (0, self.input_max, torch.uint8)
         scale, zero = ops.choose_qparams.tensor(x, *levels[:2], torch.finfo(torch.float32).eps, levels[2])
-        return ops.quantize_per_tensor.tensor(x, scale, zero, *levels).float() - zero, scale.float()
+        return ops.quantize_per_tensor.tensor(x, scale, zero, *levels), scale, zero
 
     def dequantized(self) -> torch.Tensor:
         """(out, in) the int8 weights times their row scales, in float32: the values the int8

@@ -141,7 +141,7 @@ class StepBeam(BeamStrategy):
         self.tokens = torch.full((batch, beam, width), pad_id, dtype=torch.long, device=max_len.device)
         self.max_lp = self._lp(max_len.float())  # (batch,) the penalty at each sentence's max_len
         # each step's numbers (`advance`), made once: (|Y|, min_len) and (lp(|Y|), lp(|Y| + 1))
-        lengths = range(int(max_len.max()) + 2 if batch else 2)
+        lengths = range(width + 2)  # width: the longest max_len (0 for no sentence)
         self._ints = torch.tensor([[n, min_len] for n in lengths])  # (lengths, 2)
         self._lps = torch.tensor([[self._lp(n), self._lp(n + 1.0)] for n in lengths])  # (lengths, 2)
 

@@ -178,15 +178,16 @@ class DecoderStep(nn.Module):
         int8 values, whole numbers whose float32 sums are exact below 2^24 (255 x 127 x 512
         is below it), then scaled, as oneDNN scales its int32 sums."""
         linear = reduce(getattr, path.split("."), self.model)  # not get_submodule: its checks are slow per call
-        if torch.compiler.is_compiling() and path in self._transposed:
-            weight = getattr(self, self._transposed[path])  # (in, out)
-            if isinstance(linear, Int8Linear):
-                levels, scale = linear.input_levels(x)  # (rows, in) whole numbers, (1,)
-                out = (levels @ weight) * (scale * linear.weight_scale)  # (rows, out)
-                return out if linear.bias is None else out + linear.bias
-            return x @ weight if linear.bias is None else torch.addmm(linear.bias, x, weight)
-        if torch.compiler.is_compiling() and isinstance(linear, nn.Linear):
-            return F.linear(x, linear.weight, linear.bias)
+        if torch.compiler.is_compiling():
+            if path in self._transposed:
+                weight = getattr(self, self._transposed[path])  # (in, out)
+                if isinstance(linear, Int8Linear):
+                    levels, scale = linear.input_levels(x)  # (rows, in) whole numbers, (1,)
+                    out = (levels @ weight) * (scale * linear.weight_scale)  # (rows, out)
+                    return out if linear.bias is None else out + linear.bias
+                return x @ weight if linear.bias is None else torch.addmm(linear.bias, x, weight)
+            if isinstance(linear, nn.Linear):
+                return F.linear(x, linear.weight, linear.bias)
         return linear(x)
 
 
