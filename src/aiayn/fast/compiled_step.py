@@ -31,11 +31,11 @@ the libraries (`rows_file`: the counts and the timings); a library that no row c
 takes is let go, with its copy of the weights (`ByRows.keep_used`). Inductor's own C++ matrix products
 are candidates only for weights folded in as constants (`freezing`), which float32 builds
 go without (`_compile`): their products are ATen's (MKL's). An int8 model's wide libraries
-are frozen: their products are oneDNN's int8 ones, weights packed once. At a few rows each
-of those calls costs tens of microseconds of setup, more than its arithmetic, so its narrow
-decoder computes the same int8 arithmetic in float32 (`DecoderStep._linear`), and the
-crossover decides where oneDNN's calls take over. Its encoder is built wide only: a
-narrow one, timed, lost to oneDNN's from one sentence of 16 tokens on.
+are frozen: their products are oneDNN's int8 ones, weights packed once. Each of those calls
+has a setup cost that outweighs a few rows' arithmetic, so its narrow decoder computes the
+same int8 arithmetic in float32 (`DecoderStep._linear`), and the crossover decides where
+oneDNN's calls take over. Its encoder is built wide only: it multiplies every source token
+at once, rows enough for oneDNN's calls (a narrow one, timed, lost from one sentence on).
 
 The artifact, a directory of the six packages (five for an int8 model; and the crossovers
 timed with each thread count), is keyed by everything that makes it valid: the weights and config (a hash of
