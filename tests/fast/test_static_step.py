@@ -15,6 +15,7 @@ import re
 import time
 import warnings
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -418,6 +419,12 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
         wide = fast.for_inference(copy.deepcopy(core)).search
         assert all(f.narrow is f.wide for f in (wide.step, wide.source, wide.search_step))
         _same(wide(SOURCES, config), core_search(core, SOURCES, config))
+        # and, those crossovers stored, a later load never reads the narrow libraries
+        read, load = [], torch._inductor.aoti_load_package
+        monkeypatch.setattr(torch._inductor, "aoti_load_package",
+                            lambda file: read.append(Path(file).name) or load(file))  # fmt: skip
+        fast.for_inference(copy.deepcopy(core))
+        assert sorted(read) == ["search_step-wide.pt2", "source-wide.pt2", "step-wide.pt2"]
     finally:
         torch.set_num_threads(threads)
 

@@ -28,7 +28,8 @@ time can lose wide batches; so both libraries are timed on inputs of growing wid
 takes the wide one from the measured row count on (`ByRows`). The timing is done where the
 artifact is first loaded with a thread count (the crossover moves with it) and kept beside
 the libraries (`rows_file`: the counts and the timings); a library that no row count then
-takes is let go, with its copy of the weights (`ByRows.keep_used`). Inductor's own C++ matrix products
+takes is let go, with its copy of the weights (`ByRows.keep_used`), or, where the crossovers
+were stored, never read. Inductor's own C++ matrix products
 are candidates only for weights folded in as constants (`freezing`), which float32 builds
 go without (`_compile`): their products are ATen's (MKL's). An int8 model's wide libraries
 are frozen: their products are oneDNN's int8 ones, weights packed once. Each of those calls
@@ -151,7 +152,7 @@ def artifact_path(model, cache: Path | None = None) -> Path:
 
 def _load(path: Path, model) -> Compiled:
     def library(name: str) -> _Loaded:
-        return _Loaded(torch._inductor.aoti_load_package(str(path / f"{name}.pt2")))
+        return _Loaded(path / f"{name}.pt2")
 
     step, search_step = (ByRows(library(name), library(f"{name}-wide"), None, rows)
                          for name, rows in (("step", _step_rows), ("search_step", _search_step_rows)))  # fmt: skip
@@ -165,6 +166,11 @@ def _load(path: Path, model) -> Compiled:
         source.keep_used()
     step.keep_used()
     search_step.keep_used()
+    kept = [step.narrow, step.wide, search_step.narrow, search_step.wide, source]
+    if isinstance(source, ByRows):
+        kept[-1:] = [source.narrow, source.wide]
+    for library in kept:  # read now where the crossovers were stored: an unused one never is
+        library.load()
     return Compiled(step=step, source=source, search_step=search_step)
 
 
@@ -196,15 +202,23 @@ def _crossovers(path: Path, model, step: ByRows, source: Callable) -> dict:
 
 
 class _Loaded:
-    """A loaded library as a function: its inputs made contiguous, as they were traced.
+    """A library file as a function: its inputs made contiguous, as they were traced.
     The functions take tensors only and return a tuple of them, so the library's flat
     inputs and outputs are the call's own: it is run directly, without the package's
-    per-call parsing of its argument structure."""
+    per-call parsing of its argument structure. The file is read at the first call or
+    `load`, so that a library the stored crossovers leave unused (`ByRows.keep_used`)
+    never takes memory."""
 
-    def __init__(self, package) -> None:
-        self.run = package.loader.boxed_run  # list of tensors -> list of tensors
+    def __init__(self, file: Path) -> None:
+        self.file, self.run = file, None  # run: list of tensors -> list of tensors
+
+    def load(self) -> None:
+        if self.run is None:
+            self.run = torch._inductor.aoti_load_package(str(self.file)).loader.boxed_run
 
     def __call__(self, *inputs: Tensor) -> tuple[Tensor, ...]:
+        if self.run is None:
+            self.load()
         return tuple(self.run([x.contiguous() for x in inputs]))
 
 
