@@ -92,6 +92,24 @@ def test_a_child_process_gives_the_thread_workers_results(ckpt, child):
             assert g.attention["source"] == e.attention["source"]
 
 
+def test_a_batch_that_asks_for_nothing_more_runs_no_teacher_forced_pass(ckpt, monkeypatch):
+    """Alignments and per-token log-probabilities are each a pass of the model over the
+    hypotheses found: run only for the sentences that ask, and not at all where none does."""
+    import aiayn.serve.runner as runner_module
+
+    runner = load_runner(Load(str(ckpt), threads=1, compile="never"))
+    sources = sources_of(runner)
+    passes = []
+    for name in ("word_alignments", "token_log_probs"):
+        real = getattr(runner_module, name)
+        monkeypatch.setattr(runner_module, name,
+                            lambda *a, real=real, name=name: passes.append(name) or real(*a))  # fmt: skip
+    runner.run(sources, OPTIONS, [Wants()] * len(sources))
+    assert passes == []
+    got = runner.run(sources, OPTIONS, [Wants(log_probs=True)] + [Wants()] * (len(sources) - 1))
+    assert passes == ["token_log_probs"] and got[0].log_probs and got[1].log_probs is None
+
+
 def test_a_failed_batch_says_why_and_the_child_goes_on(ckpt, child):
     with pytest.raises(WorkerError, match="IndexError"):
         child.run([[10**6, 2]], OPTIONS, [Wants()])  # an id past the vocabulary

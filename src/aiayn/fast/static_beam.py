@@ -141,9 +141,10 @@ class StepBeam(BeamStrategy):
         self.tokens = torch.full((batch, beam, width), pad_id, dtype=torch.long, device=max_len.device)
         self.max_lp = self._lp(max_len.float())  # (batch,) the penalty at each sentence's max_len
         # each step's numbers (`advance`), made once: (|Y|, min_len) and (lp(|Y|), lp(|Y| + 1))
-        lengths = range(width + 2)  # width: the longest max_len (0 for no sentence)
-        self._ints = torch.tensor([[n, min_len] for n in lengths])  # (lengths, 2)
-        self._lps = torch.tensor([[self._lp(n), self._lp(n + 1.0)] for n in lengths])  # (lengths, 2)
+        lengths = width + 2  # width: the longest max_len (0 for no sentence)
+        self._ints = torch.stack([torch.arange(lengths), torch.full((lengths,), min_len)], dim=1)
+        lp = torch.tensor([self._lp(float(n)) for n in range(lengths + 1)])  # lp(n), once each
+        self._lps = torch.stack([lp[:-1], lp[1:]], dim=1)  # (lengths, 2)
 
     @classmethod
     def for_search(cls, model, src: Tensor, config: DecodeConfig, eos_id: int | None = None):

@@ -92,6 +92,8 @@ class TranslatorRunner:
 
     def _align(self, sources, hyps: list[list[Hypothesis]], extras, results: list[Result]) -> None:
         asked = [i for i, wants in enumerate(extras) if wants.alignment]
+        if not asked:  # most requests: no pass to batch at all
+            return
         todo = [i for i in asked if hyps[i]]
         t = self.translator
         pairs = [(sources[i], hyps[i][0].tokens) for i in todo]
@@ -101,6 +103,8 @@ class TranslatorRunner:
 
     def _score(self, sources, hyps: list[list[Hypothesis]], extras, results: list[Result]) -> None:
         asked = [i for i, wants in enumerate(extras) if wants.log_probs]
+        if not asked:
+            return
         pairs = [(sources[i], h.tokens) for i in asked for h in hyps[i]]
         scored = iter(token_log_probs(self.translator.model, pairs))
         piece, eos = self.translator.tgt_vocab.piece, self.translator.tgt_vocab.eos_id
