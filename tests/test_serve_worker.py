@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import aiayn.serve.runner as runner_module
 from aiayn.cli import main
 from aiayn.errors import ConfigError
 from aiayn.serve.runner import Load, Options, Wants, load_runner
@@ -95,8 +96,6 @@ def test_a_child_process_gives_the_thread_workers_results(ckpt, child):
 def test_a_batch_that_asks_for_nothing_more_runs_no_teacher_forced_pass(ckpt, monkeypatch):
     """Alignments and per-token log-probabilities are each a pass of the model over the
     hypotheses found: run only for the sentences that ask, and not at all where none does."""
-    import aiayn.serve.runner as runner_module
-
     runner = load_runner(Load(str(ckpt), threads=1, compile="never"))
     sources = sources_of(runner)
     passes = []

@@ -166,11 +166,8 @@ def _load(path: Path, model) -> Compiled:
         source.keep_used()
     step.keep_used()
     search_step.keep_used()
-    kept = [step.narrow, step.wide, search_step.narrow, search_step.wide, source]
-    if isinstance(source, ByRows):
-        kept[-1:] = [source.narrow, source.wide]
-    for library in kept:  # read now where the crossovers were stored: an unused one never is
-        library.load()
+    for function in (step, search_step, source):  # read now: a library let go never is
+        function.load()
     return Compiled(step=step, source=source, search_step=search_step)
 
 
@@ -233,6 +230,11 @@ class ByRows:
     def __call__(self, *inputs: Tensor) -> tuple[Tensor, ...]:
         wide = self.wide_from is not None and self.rows(*inputs) >= self.wide_from
         return (self.wide if wide else self.narrow)(*inputs)
+
+    def load(self) -> None:
+        """Read the libraries it keeps (`_Loaded.load`)."""
+        self.narrow.load()
+        self.wide.load()
 
     def keep_used(self) -> None:
         """Let go of a library that no call takes (each holds its own copy of the weights):
