@@ -68,6 +68,8 @@ OWN_OPTIONS = ("--note", "--results-dir", "--out", "--json-out")  # where and wh
 
 NOT_COMMITTED = "not measured on committed code"
 STALE_NAMES = 3  # the changed files a stale row names
+# Exercised by every run, but only to write its record: a change to it moves no figure
+RECORDER = "benchmarks/results.py"
 
 
 class ReportError(Exception):
@@ -111,10 +113,12 @@ def provenance_problem(record: dict) -> str | None:
 
 def stale_files(record: dict, root: Path = ROOT) -> list[str]:
     """The files `record`'s run exercised whose content in `root` is not their content at
-    the run's commit (changed, or removed), sorted; [] without provenance."""
+    the run's commit (changed, or removed), sorted, less `RECORDER`; [] without provenance."""
     exercised = record["meta"].get("provenance", {}).get("exercised", {})
     stale = []
     for path, blob in exercised.items():
+        if path == RECORDER:
+            continue
         file = root / path
         if blob is None or not file.is_file() or blob_id(file.read_bytes()) != blob:
             stale.append(path)
@@ -137,13 +141,26 @@ def _names(paths: list[str]) -> str:
 
 
 def machine(record: dict) -> str:
-    """'NVIDIA H100 80GB HBM3' or 'AMD EPYC (family 26, model 2), 2 logical CPUs'."""
+    """'NVIDIA H100 80GB HBM3' or 'AMD EPYC (family 26, model 2), 2 logical CPUs', and the
+    kernel caps the run set ('..., kernels capped: ATEN_CPU_CAPABILITY=avx2'): each set of
+    kernels has its own rows, as another machine would."""
     m = record["meta"]
     if m.get("gpu"):
         return m["gpu"]
     cpu = m["cpu"]
-    return f"{cpu['name']} (family {cpu['family']}, model {cpu['model']}), " \
+    name = f"{cpu['name']} (family {cpu['family']}, model {cpu['model']}), " \
            f"{cpu['logical_cpus']} logical CPUs"  # fmt: skip
+    caps = m.get("kernel_caps")  # absent from records written before it was recorded
+    if caps:
+        name += ", kernels capped: " + " ".join(f"{k}={v}" for k, v in sorted(caps.items()))
+    return name
+
+
+def short_machine(record: dict) -> str:
+    """A plot's label for `machine`: 'AMD EPYC', or 'AMD EPYC, kernels capped avx2'."""
+    caps = record["meta"].get("kernel_caps") if not record["meta"].get("gpu") else None
+    isas = sorted({value.lower() for value in (caps or {}).values()})
+    return machine(record).split(" (")[0] + (f", kernels capped {'/'.join(isas)}" if isas else "")
 
 
 def variant(record: dict) -> str:
@@ -800,7 +817,7 @@ def plot_bleu(records: list[dict], path: Path) -> None:
     runs = [r for r in records if r["meta"]["script"] == "multi30k"]
     for record in runs:
         curve = record["result"]["curve"]
-        label = f"{machine(record).split(' (')[0]}, {record['meta']['commit']}"
+        label = f"{short_machine(record)}, {record['meta']['commit']}"
         ax.plot([p["minutes"] for p in curve], [p["bleu"] for p in curve], marker="o",
                 label=label)  # fmt: skip
     if runs:
@@ -816,7 +833,7 @@ def plot_bleu(records: list[dict], path: Path) -> None:
 def plot_ratios(records: list[dict], path: Path) -> None:
     """aiayn / peer speed ratios of the latest results, one bar each, grouped by machine."""
     plt = _figure()
-    bars = [(f"{machine(r).split(' (')[0]} | {r['meta']['script']} | {figure}", float(value))
+    bars = [(f"{short_machine(r)} | {r['meta']['script']} | {figure}", float(value))
             for r in latest(records) if r["meta"]["script"] != "multi30k"
             for figure, value in figures(r)
             if " / " in figure and "aiayn" in figure and " / " not in str(value)]  # fmt: skip
@@ -848,7 +865,7 @@ def plot_extrapolation(records: list[dict], path: Path) -> None:
         ax.axvspan(-0.5, 0.5, color="grey", alpha=0.15, label="lengths seen in training")
         ax.legend(fontsize=8)
         ax.set_title(f"Trained on at most {result['max_train_tokens']} tokens a side, "
-                     f"{machine(runs[-1]).split(' (')[0]}", fontsize=10)  # fmt: skip
+                     f"{short_machine(runs[-1])}", fontsize=10)  # fmt: skip
     else:
         ax.text(0.5, 0.5, "no length_extrapolation.py result file yet", ha="center",
                 transform=ax.transAxes)  # fmt: skip
@@ -871,7 +888,7 @@ def plot_table3(records: list[dict], path: Path) -> None:
         low, high = r["noise"]["dev_bleu"]["interval"]
         axes[0].axhspan(low, high, color="grey", alpha=0.2, label="base: 95% interval of a run")
         axes[0].legend(fontsize=8)
-        where = f"Multi30k val, {r['updates']:,} updates, {machine(runs[0]).split(' (')[0]}"
+        where = f"Multi30k val, {r['updates']:,} updates, {short_machine(runs[0])}"
         for ax, points, title in ((axes[0], ours, where),
                                   (axes[1], paper, "the paper: newstest2013")):  # fmt: skip
             ax.scatter([p[0] for p in points], [p[1] for p in points], s=14)

@@ -6,7 +6,9 @@ Every script in `benchmarks/` ends with `emit(__file__, result, args)`. The file
 `train_speed_2026-11-26T0712Z_5a80f2a_amd-epyc-9r14.json`, and holds the script's own result
 under "result" beside a "meta" record: the exact command line, the commit, the versions of
 torch and of the peers the script imported, the thread count, the CPU model from
-/proc/cpuinfo (model name, family, model), the GPU where one was used, a free-text `--note`
+/proc/cpuinfo (model name, family, model), the kernel caps set in the environment
+(`kernel_caps`: a run with AVX2's kernels on an AVX-512 machine is another machine's figure),
+the GPU where one was used, a free-text `--note`
 (e.g. "machine loaded by other jobs"), and the code's provenance:
 
 - "start" and "end": the state of the code (`tree_state`: the commit, and whether files
@@ -53,6 +55,8 @@ NOT_CODE = ("benchmarks/results", "benchmarks/plots", "benchmarks/README.md")  #
 # runs write and report.py makes
 LOADED_ENV = "AIAYN_RESULTS_LOADED"  # the file where a child process lists the files it loaded
 CONFIG = re.compile(r"configs/[\w./-]+\.ya?ml")
+# The variables that cap the instruction sets of PyTorch's, oneDNN's and CTranslate2's kernels
+KERNEL_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "CT2_FORCE_CPU_ISA")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -225,6 +229,12 @@ def command_line(script: str, argv: list[str]) -> str:
     return shlex.join([".venv/bin/python", str(shown), *argv])
 
 
+def kernel_caps(environ=os.environ) -> dict[str, str]:
+    """The kernel caps (`KERNEL_CAPS`) set for this run: {} where the kernels are the
+    machine's own."""
+    return {name: environ[name] for name in KERNEL_CAPS if environ.get(name)}
+
+
 def meta(script: str, note: str = "", now: datetime.datetime | None = None,
          result: dict | None = None, also_loads: tuple[str, ...] = ()) -> dict:  # fmt: skip
     """The record of what, when, where and from which code (see the module docstring).
@@ -251,6 +261,7 @@ def meta(script: str, note: str = "", now: datetime.datetime | None = None,
         "commit": (START["commit"] or "unknown")[:7],
         "dirty": START["dirty"] or end["dirty"] or changed,
         "cpu": cpu_model(),
+        "kernel_caps": kernel_caps(),
         "gpu": gpu_model(),
         "threads": torch.get_num_threads() if torch is not None else None,
         "versions": versions(),

@@ -114,6 +114,20 @@ def test_latest_result_of_each_command_per_machine_and_its_note(tmp_path):
     assert "#### Test CPU (family 6, model 1), 2 logical CPUs" in table
 
 
+def test_a_run_with_capped_kernels_has_rows_of_its_own(tmp_path):
+    capped = _record("train_speed", "2026-01-02T00:00:00Z", _speed(0.77), "--sizes small")
+    capped["meta"]["kernel_caps"] = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    own = _record("train_speed", "2026-01-01T00:00:00Z", _speed(1.11), "--sizes small")
+    own["meta"]["kernel_caps"] = {}
+    _write(tmp_path / "results", [own, capped])
+    table = report.summary_tables(report.load(tmp_path / "results"))
+    assert "1.11" in table and "0.77" in table  # the later, capped run hides no row
+    assert "#### Test CPU (family 6, model 1), 2 logical CPUs, kernels capped: " \
+           "ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2" in table  # fmt: skip
+    assert report.short_machine(capped) == "Test CPU, kernels capped avx2"
+    assert report.short_machine(own) == "Test CPU"
+
+
 def test_a_result_without_headline_figures_is_still_listed(tmp_path):
     _write(tmp_path / "results", [_record("attention_backends", "2026-01-01T00:00:00Z", {})])
     assert "(results/0.json)" in report.summary_tables(report.load(tmp_path / "results"))
@@ -458,6 +472,17 @@ def test_a_row_whose_exercised_files_changed_since_says_it_is_stale(tmp_path):
     table = report.summary_tables([record])
     assert "(results/0.json) (stale: changed since, src/a.py, src/b.py, src/c.py and 1 more)" in table
     assert report.provenance_problem(record) is None  # stale, yet published
+
+
+def test_a_change_to_the_recorder_alone_stales_no_row(tmp_path):
+    root = tmp_path / "root"
+    (root / "benchmarks").mkdir(parents=True)
+    (root / report.RECORDER).write_text("# changed since\n")
+    exercised = {report.RECORDER: report.blob_id(b"# as it was\n")}
+    record = _record("train_speed", "2026-01-01T00:00:00Z", _speed(1.5), "--sizes small",
+                     provenance=_provenance(exercised=exercised))  # fmt: skip
+    _write(tmp_path / "results", [record])
+    assert report.load(tmp_path / "results", root)[0]["stale"] == []
 
 
 def test_blob_id_is_gits():

@@ -72,6 +72,19 @@ def test_emit_prints_and_writes_the_result_with_its_command_and_versions(
     assert meta["commit"] == (results.START["commit"] or "unknown")[:7]
 
 
+def test_kernel_caps_are_the_capping_variables_set(monkeypatch, tmp_path):
+    environ = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "CT2_FORCE_CPU_ISA": "",
+               "OMP_NUM_THREADS": "1"}  # fmt: skip
+    assert results.kernel_caps(environ) == {"ATEN_CPU_CAPABILITY": "avx2",
+                                            "ONEDNN_MAX_CPU_ISA": "AVX2"}  # fmt: skip
+    assert results.kernel_caps({}) == {}
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setattr(sys, "argv", ["benchmarks/x.py"])
+    args = argparse.Namespace(no_save=False, note="", results_dir=str(tmp_path))
+    record = json.loads(results.emit(str(results.ROOT / "benchmarks" / "x.py"), {}, args).read_text())
+    assert record["meta"]["kernel_caps"]["ATEN_CPU_CAPABILITY"] == "avx2"
+
+
 def test_no_save_only_prints(tmp_path, capsys):
     args = argparse.Namespace(no_save=True, note="", results_dir=str(tmp_path))
     assert results.emit("benchmarks/x.py", {"a": 1}, args) is None
