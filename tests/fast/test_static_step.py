@@ -25,12 +25,12 @@ from aiayn.config import DecodeConfig
 from aiayn.decode.search import search as core_search
 from aiayn.fast import compiled_step as compiled_module
 from aiayn.fast.compiled_step import (
-    SOURCE_SENTENCES, STEP_ROWS, ByRows, artifact_path, can_compile, crossover, load_compiled,
-    rows_file, wide_from,
+    PRODUCTS_FILE, SOURCE_SENTENCES, STEP_ROWS, ByRows, artifact_path, can_compile, crossover,
+    load_compiled, rows_file, wide_from,
 )
 from aiayn.fast.int8 import onednn_sums_exact, quantize_int8
 from aiayn.fast.search import TOPK_CHUNK, FastSearch, block_topk
-from aiayn.fast import static_beam
+from aiayn.fast import static_beam, wide_products
 from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_beam import CHUNKED_FROM, StepBeam, widest_beam
 from aiayn.fast.static_search import StepSearch
@@ -184,6 +184,14 @@ def test_a_large_vocabulary_takes_each_sentences_best_by_chunks_to_the_bit(monke
     assert StepBeam.for_search(model, SOURCES, wider) is None
 
 
+def _products(package: Path) -> set[str]:
+    """The weights' products a compiled library calls (ATen's or oneDNN's; attention's bmm
+    aside), from its C++ wrapper."""
+    with zipfile.ZipFile(package) as zipped:
+        wrapper = next(zipped.read(n).decode() for n in zipped.namelist() if n.endswith("wrapper.cpp"))
+    return set(re.findall(r"aoti_torch_cpu_(\w*linear\w*|addmm\w*|mm\w*)\(", wrapper))
+
+
 @pytest.mark.slow
 def test_an_int8_models_compiled_search_multiplies_in_int8_and_finds_the_eager_ones_hypotheses(
         tmp_path, monkeypatch):  # fmt: skip
@@ -206,15 +214,11 @@ def test_an_int8_models_compiled_search_multiplies_in_int8_and_finds_the_eager_o
     assert list(json.loads(rows_file(path).read_text())) == ["step"]
     assert not (path / "source.pt2").exists()
 
-    def wrapper(package: str) -> str:
-        with zipfile.ZipFile(path / package) as zipped:
-            return next(zipped.read(n).decode() for n in zipped.namelist() if n.endswith("wrapper.cpp"))
-
-    for name in ("step", "source", "search_step"):  # the weights' products (attention's bmm aside)
-        wide = set(re.findall(r"aoti_torch_cpu_(\w*linear\w*|addmm\w*|mm\w*)\(", wrapper(f"{name}-wide.pt2")))
+    for name in ("step", "source", "search_step"):
+        wide = _products(path / f"{name}-wide.pt2")
         assert wide and all(p.startswith("_qlinear_pointwise") for p in wide), wide
     for name in ("step", "search_step"):  # ATen's float products, or Inductor's own at these sizes
-        assert "qlinear" not in wrapper(f"{name}.pt2")
+        assert not any("qlinear" in p for p in _products(path / f"{name}.pt2"))
     eager = StepSearch(model, search_step=SearchStep(model))
     for wide_from in (None, 1):  # every call through the narrow libraries, then the wide ones
         search.step.wide_from = search.search_step.wide_from = wide_from
@@ -357,9 +361,13 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     float32 over a batch and one sentence at a time, through either library, at every beam
     config, up to a beam wider than a row's chunks (a vocabulary searched by chunks:
     `block_topk` under export); and a second model with the same weights loads the stored
-    library instead of building."""
+    library instead of building. Its step's wide libraries are built frozen (oneDNN's packed
+    float32 products) and its source's not (ATen's), as `wide_products` would choose where
+    oneDNN won the one and lost the other: both kinds of float32 wide library are tested."""
     core = _model(seed=1, vocab_size=LARGE_VOCAB)
     monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
+    chosen = {"step": {"frozen": True, "ms": [2.0, 1.0]}, "source": {"frozen": False, "ms": [1.0, 2.0]}}
+    monkeypatch.setattr(wide_products, "measure", lambda *args: chosen)
     builders, build, keep_used = [], compiled_module._build, ByRows.keep_used
     monkeypatch.setattr(compiled_module, "_build", lambda *args: builders.extend(build(*args)))
     monkeypatch.setattr(ByRows, "keep_used", lambda self: None)  # both libraries, to route to below
@@ -369,9 +377,13 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     assert isinstance(search, StepSearch) and search.step is not search.shape
     assert search.kind == "compiled decoder step" and StepSearch(model).kind == "decoder step"
     rows_here = rows_file(artifact_path(model))  # the crossovers at this thread count
-    built = [rows_here.name, "search_step-wide.pt2", "search_step.pt2", "source-wide.pt2",
-             "source.pt2", "step-wide.pt2", "step.pt2"]  # fmt: skip
+    built = [PRODUCTS_FILE, rows_here.name, "search_step-wide.pt2", "search_step.pt2",
+             "source-wide.pt2", "source.pt2", "step-wide.pt2", "step.pt2"]  # fmt: skip
     assert sorted(p.name for p in artifact_path(model).iterdir()) == built
+    assert json.loads((artifact_path(model) / PRODUCTS_FILE).read_text()) == chosen
+    for name, frozen in (("step", True), ("search_step", True), ("source", False)):
+        products = _products(artifact_path(model) / f"{name}-wide.pt2")
+        assert products and all(p.startswith("_linear_pointwise") == frozen for p in products), products
     rows = json.loads(rows_here.read_text())
     for name, widths in (("step", STEP_ROWS), ("source", [n * 16 for n in SOURCE_SENTENCES])):
         assert [int(w) for w in rows[name]["ms"]] == list(widths)  # both timed at each width

@@ -30,16 +30,19 @@ artifact is first loaded with a thread count (the crossover moves with it) and k
 the libraries (`rows_file`: the counts and the timings); a library that no row count then
 takes is let go, with its copy of the weights (`ByRows.keep_used`), or, where the crossovers
 were stored, never read. Inductor's own C++ matrix products
-are candidates only for weights folded in as constants (`freezing`), which float32 builds
-go without (`_compile`): their products are ATen's (MKL's). An int8 model's wide libraries
-are frozen: their products are oneDNN's int8 ones, weights packed once. Each of those calls
+are candidates only for weights folded in as constants (`freezing`), which narrow float32
+builds go without (`_compile`). A float32 wide library is frozen where `wide_products`
+timed oneDNN's packed products faster than ATen's (MKL's) on the model's own shapes at
+this machine (kept in the artifact: `PRODUCTS_FILE`), else its products are ATen's. An
+int8 model's wide libraries are frozen: their products are oneDNN's int8 ones, weights
+packed once. Each of those calls
 has a setup cost that outweighs a few rows' arithmetic, so its narrow decoder computes the
 same int8 arithmetic in float32 (`DecoderStep._linear`), and the crossover decides where
 oneDNN's calls take over. Its encoder is built wide only: it multiplies every source token
 at once, rows enough for oneDNN's calls (a narrow one, timed, lost from one sentence on).
 
-The artifact, a directory of the six packages (five for an int8 model; and the crossovers
-timed with each thread count), is keyed by everything that makes it valid: the weights and config (a hash of
+The artifact, a directory of the six packages (five for an int8 model; a float32 model's
+product choice; and the crossovers timed with each thread count), is keyed by everything that makes it valid: the weights and config (a hash of
 them), the dtype, the machine (`linear.machine_digest`: CPU model, kernel ISA, torch's
 version) and this module's `FORMAT`. It is written whole
 (built aside, then renamed) by this user's aiayn into its own cache directory and loaded
@@ -67,6 +70,7 @@ from torch import Tensor
 from torch._decomp import get_decompositions
 
 from aiayn.data.vocab import cpu_threads
+from aiayn.fast import wide_products
 from aiayn.fast.int8 import Int8Linear, onednn_sums_exact
 from aiayn.fast.linear import cache_dir, machine_digest
 from aiayn.fast.static_beam import widest_beam
@@ -74,7 +78,7 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 16  # bumped when the functions' signatures or the build's settings change
+FORMAT = 17  # bumped when the functions' signatures or the build's settings change
 # Never frozen (`_compile`), so never over an int8 model's oneDNN products: Inductor's
 # autotuning of those crashed the compiling process (a corrupted heap).
 NARROW_OPTIONS = {
@@ -85,6 +89,7 @@ NARROW_OPTIONS = {
     "autotune_num_choices_displayed": 0,
 }
 WIDE_OPTIONS = {"freezing": True}  # Inductor's default choices
+PRODUCTS_FILE = "products.json"  # a float32 artifact's `wide_products.measure`
 # The widths at which the two libraries are timed: decoder rows (sentences x beam), and the
 # source's tokens (sentences x `SOURCE_LEN`).
 STEP_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -303,10 +308,15 @@ def _build(model, path: Path) -> list[int]:
         programs = {"step": _step_program, "source": _source_program,
                     "search_step": _search_step_program}  # fmt: skip
         jobs, int8 = [], is_int8(model)
+        frozen = {"step": True, "source": True}  # an int8 model's: oneDNN's int8 products
+        if not int8:  # float32: MKL's or oneDNN's products, whichever is faster here
+            products = _products_file(Path(tmp), model)
+            frozen = {function: chosen["frozen"] for function, chosen in products.items()}
         for name in reversed(Compiled._fields):  # the search step first: the longest build
             program = f"{tmp}/{name}-program.pt2"
             torch.export.save(programs[name](model), program)
-            jobs.append((program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS, int8))
+            wide_frozen = frozen["source" if name == "source" else "step"]
+            jobs.append((program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS, wide_frozen))
             if name == "source" and int8:  # oneDNN's int8 encoder won at every width timed
                 continue
             narrow = program  # the narrow library's decoder reads its weights as (in, out)
@@ -327,6 +337,15 @@ def _build(model, path: Path) -> list[int]:
         return []
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _products_file(directory: Path, model) -> dict:
+    """Which products each float32 wide library takes (`wide_products.measure`, timed
+    now), written to the artifact's `PRODUCTS_FILE` and returned."""
+    with torch.no_grad():
+        products = wide_products.measure(model, lambda product: _seconds(product, ()))
+    (directory / PRODUCTS_FILE).write_text(json.dumps(products, indent=1) + "\n")
+    return products
 
 
 def compile_all(jobs: list[tuple[str, str, dict, bool]]) -> list[int]:
@@ -374,10 +393,10 @@ def _compile_saved(program: str, package: str, options: str, frozen: str, thread
 def _compile(program: torch.export.ExportedProgram, package: str, options: dict,
              frozen: bool = False) -> None:  # fmt: skip
     """AOTInductor's package of `program`. Inductor runs its `freezing` passes only where
-    grad mode is off as it compiles (`frozen`). An int8 model needs them: they turn
-    `Int8Linear`'s traced form into oneDNN's int8 products, weights packed once. A float32
-    model is built without them: frozen, its products went to oneDNN's packed float32
-    kernels, which were slower than ATen's at every width timed (`crossover`'s widths)."""
+    grad mode is off as it compiles (`frozen`). An int8 model's wide libraries need them:
+    they turn `Int8Linear`'s traced form into oneDNN's int8 products, weights packed once.
+    A float32 wide library is frozen where oneDNN's packed float32 products beat ATen's
+    (MKL's) on this machine (`wide_products`); unfrozen, its products are ATen's."""
     with torch.set_grad_enabled(not frozen), warnings.catch_warnings():
         # Inductor's int8 pass copies a tensor with `torch.tensor`, which warns: its own affair
         warnings.filterwarnings("ignore", message="To copy construct from a tensor", category=UserWarning)
