@@ -25,14 +25,17 @@ needs_onednn = pytest.mark.skipif(
 
 
 class _OpNames(TorchDispatchMode):
-    """The names of the ops that ran, below autograd."""
+    """The names of the ops that ran, below autograd (and their second arguments' shapes)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.names: list[str] = []
+        self.shapes: dict[str, list[tuple]] = {}  # op -> the shape of its second argument
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.names.append(func._schema.name)
+        if len(args) > 1 and isinstance(args[1], torch.Tensor):
+            self.shapes.setdefault(func._schema.name, []).append(tuple(args[1].shape))
         return func(*args, **(kwargs or {}))
 
 
@@ -198,6 +201,21 @@ def test_the_chunked_loss_on_onednn_matches_it_on_mkl(monkeypatch):
         results.append((smoothed, nll, *grads))
     for a, b in zip(*results):
         torch.testing.assert_close(a, b)
+
+
+def test_a_bucketed_linear_multiplies_bucket_rows_and_gives_the_cores_rows():
+    from aiayn.fast.linear import BucketedLinear, bucket_rows
+
+    core = nn.Linear(6, 5).double()
+    bucketed = BucketedLinear.from_core(core)
+    assert bucketed.weight is core.weight and bucketed.bias is core.bias
+    for shape in ((3, 6), (2, 7, 6), (1, 6), (130, 6)):
+        x = torch.randn(shape, dtype=torch.float64)
+        with _OpNames() as ops:
+            out = bucketed(x)
+        torch.testing.assert_close(out, core(x), rtol=0, atol=1e-12)
+        rows = x.numel() // 6  # the product's input: zeros after them up to a bucket's size
+        assert ops.shapes["aten::addmm"] == [(bucket_rows(rows), 6)] and bucket_rows(rows) > 1
 
 
 def test_bucket_rows_rounds_up_by_at_most_an_eighth():

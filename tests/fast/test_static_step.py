@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from aiayn import fast
 from aiayn.config import DecodeConfig
@@ -34,7 +35,8 @@ from aiayn.fast import static_beam, wide_products
 from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_beam import CHUNKED_FROM, StepBeam, widest_beam
 from aiayn.fast.static_search import StepSearch
-from aiayn.fast.static_step import DecoderStep, _step_linears, supports
+from aiayn.fast.linear import BucketedLinear
+from aiayn.fast.static_step import DecoderStep, SourceKeys, _step_linears, supports
 from aiayn.model.transformer import Transformer
 from conftest import tiny_model_config
 
@@ -476,6 +478,29 @@ def test_the_exported_steps_write_attention_out_and_compute_what_the_eager_step_
         torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
 
 
+def test_a_frozen_wide_librarys_programs_pad_every_product_to_bucket_rows_and_compute_the_same():
+    """`compiled_step.bucketed`: a copy over the model's own parameters whose every linear
+    map pads its rows to `bucket_rows` (so that oneDNN meets few row counts); its exported
+    step and source keys give the model's (float64), and the model is left as it was."""
+    model = _model().double()
+    padded = compiled_module.bucketed(model)
+    assert {id(p) for p in padded.parameters()} == {id(p) for p in model.parameters()}
+    linears = [m for m in padded.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(isinstance(m, BucketedLinear) for m in linears)
+    assert not any(isinstance(m, BucketedLinear) for m in model.modules())
+    inputs = _random_step_inputs(model, seed=1)  # 6 rows: each product padded to 8
+    program = compiled_module._step_program(padded)
+    with torch.no_grad():
+        expected = DecoderStep.from_model(model)(*inputs)
+        with _ProductRows() as products:
+            got = program.module()(*inputs)
+        assert products.rows == {8}  # every weight's product, over the 6 rows and 2 of zeros
+        for g, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(g, e, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(compiled_module._source_program(padded).module()(SOURCES)[:2],
+                                   SourceKeys(model)(SOURCES)[:2], rtol=1e-12, atol=1e-12)  # fmt: skip
+
+
 def test_the_narrow_librarys_step_multiplies_by_weights_held_in_by_out_and_computes_the_same():
     """`DecoderStep(model, transposed=True)`, exported as the narrow library's is: every
     product of the decoder multiplies by one of its (in, out) buffers, the model's weight
@@ -525,6 +550,19 @@ def test_an_int8_models_narrow_step_computes_its_int8_arithmetic_in_float32():
         expected, got = DecoderStep.from_model(model)(*inputs), turned.module()(*inputs)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+
+
+class _ProductRows(TorchDispatchMode):
+    """The row counts of the matrix products by weights that ran (`mm`, `addmm`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.mm.default or func is torch.ops.aten.addmm.default:
+            self.rows.add(args[-2 if func is torch.ops.aten.mm.default else 1].shape[0])
+        return func(*args, **(kwargs or {}))
 
 
 def _random_step_inputs(model, seed: int) -> tuple:

@@ -33,7 +33,8 @@ were stored, never read. Inductor's own C++ matrix products
 are candidates only for weights folded in as constants (`freezing`), which narrow float32
 builds go without (`_compile`). A float32 wide library is frozen where `wide_products`
 timed oneDNN's packed products faster than ATen's (MKL's) on the model's own shapes at
-this machine (kept in the artifact: `PRODUCTS_FILE`), else its products are ATen's. An
+this machine (kept in the artifact: `PRODUCTS_FILE`), its products' rows then padded to
+a bounded set of counts (`bucketed`), else its products are ATen's. An
 int8 model's wide libraries are frozen: their products are oneDNN's int8 ones, weights
 packed once. Each of those calls
 has a setup cost that outweighs a few rows' arithmetic, so its narrow decoder computes the
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+from copy import deepcopy
 import hashlib
 import json
 import os
@@ -66,19 +68,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch._decomp import get_decompositions
 
 from aiayn.data.vocab import cpu_threads
 from aiayn.fast import wide_products
 from aiayn.fast.int8 import Int8Linear, onednn_sums_exact
-from aiayn.fast.linear import cache_dir, machine_digest
+from aiayn.fast.linear import BucketedLinear, cache_dir, machine_digest
 from aiayn.fast.static_beam import widest_beam
 from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 17  # bumped when the functions' signatures or the build's settings change
+FORMAT = 18  # bumped when the functions' signatures or the build's settings change
 # Never frozen (`_compile`), so never over an int8 model's oneDNN products: Inductor's
 # autotuning of those crashed the compiling process (a corrupted heap).
 NARROW_OPTIONS = {
@@ -305,26 +307,7 @@ def _build(model, path: Path) -> list[int]:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.mkdtemp(dir=path.parent, prefix=".build-")
     try:
-        programs = {"step": _step_program, "source": _source_program,
-                    "search_step": _search_step_program}  # fmt: skip
-        jobs, int8 = [], is_int8(model)
-        frozen = {"step": True, "source": True}  # an int8 model's: oneDNN's int8 products
-        if not int8:  # float32: MKL's or oneDNN's products, whichever is faster here
-            products = _products_file(Path(tmp), model)
-            frozen = {function: chosen["frozen"] for function, chosen in products.items()}
-        for name in reversed(Compiled._fields):  # the search step first: the longest build
-            program = f"{tmp}/{name}-program.pt2"
-            torch.export.save(programs[name](model), program)
-            wide_frozen = frozen["source" if name == "source" else "step"]
-            jobs.append((program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS, wide_frozen))
-            if name == "source" and int8:  # oneDNN's int8 encoder won at every width timed
-                continue
-            narrow = program  # the narrow library's decoder reads its weights as (in, out)
-            if name != "source":
-                narrow = f"{tmp}/{name}-narrow-program.pt2"
-                torch.export.save(programs[name](model, transposed=True), narrow)
-            jobs.append((narrow, f"{tmp}/{name}.pt2", NARROW_OPTIONS, False))
-        workers = compile_all(jobs)
+        workers = compile_all(_jobs(model, Path(tmp)))
         for leftover in Path(tmp).glob("*-program.pt2"):
             os.remove(leftover)
         if path.exists():  # a damaged artifact (it failed to load): this build replaces it
@@ -337,6 +320,49 @@ def _build(model, path: Path) -> list[int]:
         return []
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _jobs(model, tmp: Path) -> list[tuple[str, str, dict, bool]]:
+    """`compile_all`'s jobs for `model`'s libraries, their programs exported into `tmp`:
+    each function wide (frozen where its products are oneDNN's) and narrow (never frozen;
+    an int8 model's source has none)."""
+    programs = {"step": _step_program, "source": _source_program,
+                "search_step": _search_step_program}  # fmt: skip
+    int8 = is_int8(model)
+    frozen = {"step": True, "source": True}  # an int8 model's: oneDNN's int8 products
+    if not int8:  # float32: MKL's or oneDNN's products, whichever is faster here
+        frozen = {f: chosen["frozen"] for f, chosen in _products_file(tmp, model).items()}
+    padded = bucketed(model) if not int8 and any(frozen.values()) else None
+    jobs = []
+    for name in reversed(Compiled._fields):  # the search step first: the longest build
+        wide_frozen = frozen["source" if name == "source" else "step"]
+        # float32 products of oneDNN's over rows padded to a bounded set of counts
+        wide = padded if wide_frozen and not int8 else model
+        program = f"{tmp}/{name}-program.pt2"
+        torch.export.save(programs[name](wide), program)
+        jobs.append((program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS, wide_frozen))
+        if name == "source" and int8:  # oneDNN's int8 encoder won at every width timed
+            continue
+        # the narrow library's decoder reads its weights as (in, out); its source is the wide one's
+        if name != "source" or wide is not model:
+            program = f"{tmp}/{name}-narrow-program.pt2"
+            transposed = {"transposed": True} if name != "source" else {}
+            torch.export.save(programs[name](model, **transposed), program)
+        jobs.append((program, f"{tmp}/{name}.pt2", NARROW_OPTIONS, False))
+    return jobs
+
+
+def bucketed(model):
+    """A copy of float32 `model` over the same parameters, each linear map a `BucketedLinear`:
+    exported for a frozen wide library, whose oneDNN products build and keep a kernel for
+    each row count they meet (as the eager ones do: `linear.bucket_rows`), so that a
+    long-lived server's memory stays flat."""
+    copy = deepcopy(model, memo={id(t): t for t in (*model.parameters(), *model.buffers())})
+    for module in list(copy.modules()):
+        for name, child in module.named_children():
+            if isinstance(child, nn.Linear):
+                setattr(module, name, BucketedLinear.from_core(child))
+    return copy
 
 
 def _products_file(directory: Path, model) -> dict:

@@ -194,7 +194,18 @@ def _file_lock(table: Path | None, wait_s: float = LOCK_WAIT_S) -> Iterator[None
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-class OneDnnLinear(nn.Linear):
+class _SwappedLinear(nn.Linear):
+    """An `nn.Linear` with another product, swapped in for a core one (`from_core`)."""
+
+    @classmethod
+    def from_core(cls, core: nn.Linear):
+        """A module over `core`'s own parameters (not copies: optimizers and ties hold)."""
+        fast = cls(core.in_features, core.out_features, bias=False, device="meta")
+        fast.weight, fast.bias = core.weight, core.bias
+        return fast
+
+
+class OneDnnLinear(_SwappedLinear):
     """`nn.Linear` whose product is `linear` below; the same parameters and state dict.
     `max_rows`: see `linear` (None, the default, until `warm_up` sets it); `choice`: the
     process's `ProductChoice` at inference (None: oneDNN wherever `onednn_products`)."""
@@ -202,15 +213,18 @@ class OneDnnLinear(nn.Linear):
     max_rows: int | None = None
     choice: ProductChoice | None = None
 
-    @classmethod
-    def from_core(cls, core: nn.Linear) -> OneDnnLinear:
-        """A module over `core`'s own parameters (not copies: optimizers and ties hold)."""
-        fast = cls(core.in_features, core.out_features, bias=False, device="meta")
-        fast.weight, fast.bias = core.weight, core.bias
-        return fast
-
     def forward(self, x: Tensor) -> Tensor:
         return linear(x, self.weight, self.bias, self.max_rows, self.choice)
+
+
+class BucketedLinear(_SwappedLinear):
+    """`nn.Linear` over its rows padded to `bucket_rows` (the padding's output rows cut off),
+    the same parameters: for a compiled library whose products are oneDNN's packed ones,
+    so that the library meets a bounded set of row counts (see `bucket_rows`)."""
+    def forward(self, x: Tensor) -> Tensor:
+        rows = x.reshape(-1, x.size(-1))  # (tokens, in)
+        out = F.linear(padded_to_bucket(rows), self.weight, self.bias)  # (padded, out)
+        return out[: rows.size(0)].view(*x.shape[:-1], -1)  # (..., out)
 
 
 def linear(
