@@ -368,7 +368,8 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     oneDNN won the one and lost the other: both kinds of float32 wide library are tested."""
     core = _model(seed=1, vocab_size=LARGE_VOCAB)
     monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
-    chosen = {"step": {"frozen": True, "ms": [2.0, 1.0]}, "source": {"frozen": False, "ms": [1.0, 2.0]}}
+    chosen = {"step": {"frozen": True, "ms": {"16": [2.0, 1.0]}},
+              "source": {"frozen": False, "ms": {"16": [1.0, 2.0]}}}  # fmt: skip
     monkeypatch.setattr(wide_products, "measure", lambda *args: chosen)
     builders, build, keep_used = [], compiled_module._build, ByRows.keep_used
     monkeypatch.setattr(compiled_module, "_build", lambda *args: builders.extend(build(*args)))

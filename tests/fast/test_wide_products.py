@@ -30,19 +30,36 @@ def test_each_function_multiplies_by_its_own_weights():
 @pytest.mark.parametrize("mkl, onednn", [(2e-3, 1e-3), (1e-3, 2e-3)])
 def test_a_library_is_frozen_where_onednns_products_sum_to_less(mkl, onednn):
     """The timings ([MKL, oneDNN] per product, in turns) are summed over every product a
-    call makes: ms is each product's best time times the products of its shape."""
+    call makes: ms is each product's best time times the products of its shape, at each
+    row count."""
     model = Transformer(tiny_model_config()).eval()
     clock = itertools.cycle([mkl, onednn])
     chosen = wide_products.measure(model, lambda product: next(clock))
-    for function in ("step", "source"):
+    for function, row_counts in wide_products.ROWS.items():
         products = len(wide_products.linears(model, function))
-        assert chosen[function] == {"frozen": onednn < mkl,
-                                    "ms": [round(products * mkl * 1e3, 4),
-                                           round(products * onednn * 1e3, 4)]}  # fmt: skip
+        pair = [round(products * mkl * 1e3, 4), round(products * onednn * 1e3, 4)]
+        assert chosen[function] == {"frozen": onednn < mkl, "ms": {rows: pair for rows in row_counts}}
 
 
 @pytest.mark.skipif(not wide_products.can_pack(), reason="no oneDNN in this PyTorch")
-def test_both_products_are_run_at_the_functions_typical_wide_rows():
+def test_onednn_must_win_at_the_fewest_rows_too():
+    """Faster at a typical wide call but slower at the fewest rows: not frozen."""
+    model = Transformer(tiny_model_config()).eval()
+    calls = itertools.count()  # the products are timed in turns: MKL's, then oneDNN's
+
+    def seconds(product):
+        if next(calls) % 2 == 0:  # MKL
+            return 2e-3
+        return 1e-3 if product().size(0) == 16 else 3e-3
+
+    chosen = wide_products.measure(model, seconds)
+    assert {f: c["frozen"] for f, c in chosen.items()} == {"step": False, "source": False}
+    assert chosen["step"]["ms"][16][1] < chosen["step"]["ms"][16][0]  # oneDNN won at 16 rows only
+    assert chosen["step"]["ms"][64][1] > chosen["step"]["ms"][64][0]
+
+
+@pytest.mark.skipif(not wide_products.can_pack(), reason="no oneDNN in this PyTorch")
+def test_both_products_are_run_at_the_functions_row_counts():
     model = Transformer(tiny_model_config()).eval()
     ran = []
 
@@ -51,14 +68,13 @@ def test_both_products_are_run_at_the_functions_typical_wide_rows():
         return 1e-3
 
     wide_products.measure(model, seconds)
-    rows = {shape[0] for shape in ran}
-    assert rows == set(wide_products.ROWS.values())
+    assert {shape[0] for shape in ran} == {r for rows in wide_products.ROWS.values() for r in rows}
     vocab = model.config.vocab_size
-    assert (wide_products.ROWS["step"], vocab) in ran  # the pre-softmax projection, both ways
-    assert ran.count((wide_products.ROWS["step"], vocab)) == 2 * wide_products.ROUNDS
+    for rows in wide_products.ROWS["step"]:  # the pre-softmax projection, both ways, each round
+        assert ran.count((rows, vocab)) == 2 * wide_products.ROUNDS
 
 
 def test_without_onednn_nothing_is_frozen_or_timed(monkeypatch):
     monkeypatch.setattr(wide_products, "can_pack", lambda: False)
     chosen = wide_products.measure(Transformer(tiny_model_config()).eval(), lambda p: 1 / 0)
-    assert chosen == {f: {"frozen": False, "ms": [0.0, 0.0]} for f in wide_products.ROWS}
+    assert chosen == {f: {"frozen": False, "ms": {}} for f in wide_products.ROWS}

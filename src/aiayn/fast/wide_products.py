@@ -5,10 +5,12 @@ batches). Built unfrozen, its products are ATen's `addmm`, which is MKL on x86; 
 (Inductor's `freezing`), they are oneDNN's inner products over weights packed once. Which is
 the faster depends on the CPU: MKL picks its widest kernels only on Intel's processors, and
 oneDNN picks its own by instruction set alone. So the choice is measured, per model and
-machine, before the build: each function's own weight shapes (`linears`) at its typical wide
-row count (`ROWS`), both products, the best of `ROUNDS` rounds taken in turns, summed over
-the products a call makes. The build freezes a function's wide library where oneDNN's sum is
-the smaller, and keeps the timings in the artifact (`compiled_step.PRODUCTS_FILE`).
+machine, before the build: each function's own weight shapes (`linears`) at the fewest rows
+its wide library is likely to serve and at a typical wide call (`ROWS`), both products, the
+best of `ROUNDS` rounds taken in turns, summed over the products a call makes. The build
+freezes a function's wide libraries where oneDNN's sum is the smaller at both row counts
+(oneDNN's fixed cost per call loses at few rows on small weights, and a server's calls are
+mostly few rows), and keeps the timings in the artifact (`compiled_step.PRODUCTS_FILE`).
 
 Both are float32 products, accumulated in float32 in different orders, so the two builds
 differ in the last bits, as the narrow and the wide library already do.
@@ -25,10 +27,10 @@ from torch import Tensor, nn
 
 from aiayn.model.transformer import Transformer
 
-# A function's typical wide call: 16 sentences of beam 4 for a decoder step, 16 sentences
-# of 16 tokens for the source; each function named as its libraries are (`Compiled`'s
-# fields: the search step makes the decoder step's products).
-ROWS = {"step": 64, "source": 256}
+# A function's fewest rows in a wide call, and a typical one: 4 and 16 sentences of beam 4
+# for a decoder step, 1 and 16 sentences of 16 tokens for the source; each function named as
+# its libraries are (`Compiled`'s fields: the search step makes the decoder step's products).
+ROWS = {"step": (16, 64), "source": (16, 256)}
 ROUNDS = 5
 
 
@@ -46,24 +48,32 @@ def can_pack() -> bool:
 
 
 def measure(model: Transformer, seconds: Callable[[Callable[[], Tensor]], float]) -> dict:
-    """{function: {"frozen": oneDNN's sum is the smaller, "ms": [MKL, oneDNN] per call's
-    products}} for each function of `ROWS`; `seconds(product)` times one product (the
-    caller's clock). Without oneDNN here (`can_pack`), nothing is frozen and nothing timed."""
+    """{function: {"frozen": oneDNN's sum is the smaller at each row count, "ms": {rows:
+    [MKL, oneDNN]} per call's products}} for each function of `ROWS`; `seconds(product)`
+    times one product (the caller's clock). Without oneDNN here (`can_pack`), nothing is
+    frozen and nothing timed."""
     chosen = {}
-    for function, rows in ROWS.items():
+    for function, row_counts in ROWS.items():
         shapes = Counter((tuple(m.weight.shape), m.bias is not None) for m in linears(model, function))
-        mkl = onednn = 0.0
-        for ((out, inp), bias), count in shapes.items() if can_pack() else ():
-            x = torch.zeros(rows, inp)  # (rows, in)
-            weight, b = torch.zeros(out, inp), torch.zeros(out) if bias else None  # (out, in)
-            packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)  # as freezing packs it
-            pair = (lambda: F.linear(x, weight, b),  # ATen's: MKL's on x86
-                    lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""))  # fmt: skip
-            for product in pair:  # the first calls' one-off costs (kernels built)
-                product()
-            rounds = [[seconds(product) for product in pair] for _ in range(ROUNDS)]
-            best = [min(times) for times in zip(*rounds)]  # [MKL, oneDNN]
-            mkl, onednn = mkl + count * best[0], onednn + count * best[1]
-        chosen[function] = {"frozen": 0 < onednn < mkl,
-                            "ms": [round(mkl * 1e3, 4), round(onednn * 1e3, 4)]}  # fmt: skip
+        sums = {rows: _sums(shapes, rows, seconds) for rows in row_counts} if can_pack() else {}
+        chosen[function] = {"frozen": bool(sums) and all(o < m for m, o in sums.values()),
+                            "ms": {rows: [round(t * 1e3, 4) for t in pair] for rows, pair in sums.items()}}  # fmt: skip
     return chosen
+
+
+def _sums(shapes: Counter, rows: int, seconds: Callable) -> tuple[float, float]:
+    """Seconds of MKL's and of oneDNN's products of `rows` rows by weights of `shapes`
+    {((out, in), bias): count}, summed over the counts."""
+    mkl = onednn = 0.0
+    for ((out, inp), bias), count in shapes.items():
+        x = torch.zeros(rows, inp)  # (rows, in)
+        weight, b = torch.zeros(out, inp), torch.zeros(out) if bias else None  # (out, in)
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight, rows)  # as freezing packs it
+        pair = (lambda: F.linear(x, weight, b),  # ATen's: MKL's on x86
+                lambda: torch.ops.mkldnn._linear_pointwise(x, packed, b, "none", [], ""))  # fmt: skip
+        for product in pair:  # the first calls' one-off costs (kernels built)
+            product()
+        rounds = [[seconds(product) for product in pair] for _ in range(ROUNDS)]
+        best = [min(times) for times in zip(*rounds)]  # [MKL, oneDNN]
+        mkl, onednn = mkl + count * best[0], onednn + count * best[1]
+    return mkl, onednn
