@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-from copy import deepcopy
 import hashlib
 import json
 import os
@@ -65,6 +64,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
+from copy import deepcopy
 from pathlib import Path
 
 import torch

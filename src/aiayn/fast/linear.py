@@ -221,6 +221,7 @@ class BucketedLinear(_SwappedLinear):
     """`nn.Linear` over its rows padded to `bucket_rows` (the padding's output rows cut off),
     the same parameters: for a compiled library whose products are oneDNN's packed ones,
     so that the library meets a bounded set of row counts (see `bucket_rows`)."""
+
     def forward(self, x: Tensor) -> Tensor:
         rows = x.reshape(-1, x.size(-1))  # (tokens, in)
         out = F.linear(padded_to_bucket(rows), self.weight, self.bias)  # (padded, out)

@@ -34,7 +34,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from aiayn.fast.int8 import Int8Linear
-from aiayn.fast.linear import BucketedLinear
 from aiayn.model.transformer import Transformer
 
 
@@ -167,10 +166,11 @@ class DecoderStep(nn.Module):
         return out.transpose(1, 2).reshape(rows, self.heads * self.d_v)  # (rows, heads * d_v)
 
     def _linear(self, path: str, x: Tensor) -> Tensor:
-        """The model's linear map at `path` applied to x: eagerly the module itself (the
-        fast path's product choice, where it is swapped in); traced for a compiler, plain
-        `F.linear`, whose products the compiler picks (an `Int8Linear` gives its own traced
-        form, a `BucketedLinear` its padded rows). A step built `transposed` multiplies by the weight held as (in, out) instead:
+        """The model's linear map at `path` applied to x: the module itself, eagerly the fast
+        path's product choice where it is swapped in; traced for a compiler, its product is
+        plain `F.linear`, which the compiler picks a kernel for (`linear.linear` under a
+        compiler; an `Int8Linear` gives its own traced form, a `BucketedLinear` its padded
+        rows). A step built `transposed` multiplies by the weight held as (in, out) instead:
         x @ W^T with W^T stored row by row, which MKL's products take without repacking W
         at each call, faster at a few rows; at hundreds of rows the (out, in) form is as fast
         or faster (`compiled_step` builds one library each way and times them). An int8
@@ -187,8 +187,6 @@ class DecoderStep(nn.Module):
                     out = (levels @ weight) * (scale * linear.weight_scale)  # (rows, out)
                     return out if linear.bias is None else out + linear.bias
                 return x @ weight if linear.bias is None else torch.addmm(linear.bias, x, weight)
-            if isinstance(linear, nn.Linear) and not isinstance(linear, BucketedLinear):
-                return F.linear(x, linear.weight, linear.bias)
         return linear(x)
 
 
