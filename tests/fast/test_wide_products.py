@@ -19,11 +19,17 @@ def _linear_count(model: nn.Module) -> int:
 
 
 def test_each_function_multiplies_by_its_own_weights():
+    """The step's maps are the decoder's and the pre-softmax projection, less the encoder-
+    decoder keys' and values', which the source keys compute (`SourceKeys`) with the
+    encoder's: between them every map once."""
     model = Transformer(tiny_model_config(tie_embeddings=False)).eval()
     step, source = (wide_products.linears(model, f) for f in ("step", "source"))
-    assert step[0] is model.out_proj and len(step) == 1 + _linear_count(model.decoder)
-    assert len(source) == _linear_count(model.encoder) and source
+    kv = {id(layer.cross_attn.w_kv) for layer in model.decoder}
+    assert model.out_proj in step and not kv & {id(m) for m in step}
+    assert kv <= {id(m) for m in source}
+    assert len(source) == _linear_count(model.encoder) + len(kv)
     assert not {id(m) for m in step} & {id(m) for m in source}
+    assert len(step) + len(source) == _linear_count(model)
 
 
 @pytest.mark.skipif(not wide_products.can_pack(), reason="no oneDNN in this PyTorch")

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from aiayn.fast.static_step import _step_linears
 from aiayn.model.transformer import Transformer
 
 # A function's fewest rows in a wide call, and a typical one: 4 and 16 sentences of beam 4
@@ -35,11 +36,14 @@ ROUNDS = 5
 
 
 def linears(model: Transformer, function: str) -> list[nn.Linear]:
-    """The linear maps that `function` ("step" or "source") multiplies by: the decoder's and
-    the pre-softmax projection, or the encoder's."""
+    """The linear maps that `function` ("step" or "source") multiplies by: a decoder step's
+    (`static_step._step_linears`: each layer's but the encoder-decoder keys' and values', and
+    the pre-softmax projection), or the source keys' (`SourceKeys`: the encoder's, then each
+    decoder layer's encoder-decoder keys and values)."""
     if function == "step":
-        return [model.out_proj, *(m for m in model.decoder.modules() if isinstance(m, nn.Linear))]
-    return [m for m in model.encoder.modules() if isinstance(m, nn.Linear)]
+        return [model.get_submodule(path) for path in _step_linears(model)]
+    encoder = [m for m in model.encoder.modules() if isinstance(m, nn.Linear)]
+    return [*encoder, *(layer.cross_attn.w_kv for layer in model.decoder)]
 
 
 def can_pack() -> bool:
