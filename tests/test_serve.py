@@ -376,6 +376,42 @@ def test_the_length_limits_are_each_sentences(server, ckpt):
     whole = request(f"{server}/v1/translate", {"text": text, "split": False})
     assert whole.status == 413 and "--max-sentence-tokens 24" in whole.body["error"]
 
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def test_short_texts_are_split_and_encoded_in_the_loop_long_ones_in_a_thread(ckpt, monkeypatch):
+    """A short request's sentence splitting and encoding run in the event loop (a thread hop
+    costs more than they do); past `INLINE_CHARS` characters, in a thread, so that a large
+    body never holds up the loop. Either way the translations are the same."""
+    import aiayn.serve.service as service_module
+
+    where: list[tuple[str, bool]] = []
+
+    def recorded(name, function):
+        def run(*args):
+            where.append((name, _in_event_loop()))
+            return function(*args)
+        return run
+
+    monkeypatch.setattr(service_module, "segment", recorded("segment", service_module.segment))
+    with running(ServeConfig(str(ckpt), worker="thread")) as (url, service):
+        model = service.models.first
+        model.encode = recorded("encode", model.encode)
+        text = SENTENCES[3]
+        short = request(f"{url}/v1/translate", {"text": text})
+        assert where == [("segment", True), ("encode", True)]
+        where.clear()
+        monkeypatch.setattr(service_module, "INLINE_CHARS", len(text) - 1)
+        long = request(f"{url}/v1/translate", {"text": text})
+        assert where == [("segment", False), ("encode", False)]
+    assert short.status == long.status == 200 and short.body == long.body
+
+
 def test_alignments_and_per_token_log_probabilities_on_request(server):
     body = {"text": " ".join(PARAGRAPHS[0]), "beam": 3, "nbest": 2, "alpha": 0.6}
     plain = request(f"{server}/v1/translate", body).body["translations"][0]

@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -34,7 +36,13 @@ from aiayn.text.language import LanguageIdentifier
 from aiayn.translate import source_ids
 
 
+T = TypeVar("T")
 WORKERS = ("process", "thread")  # where a model decodes: `worker.py` says why a process
+# A request's texts of at most this many characters are split into sentences and encoded in
+# the event loop itself: a short sentence takes microseconds each way, while handing it to a
+# thread and back (`asyncio.to_thread`) costs tens of them, twice a request. Longer texts
+# go to a thread, so that one large body never stalls the other requests.
+INLINE_CHARS = 2000
 
 
 @dataclass
@@ -93,6 +101,14 @@ def batch_slots(config: ServeConfig) -> int:
         return 1
     threads = config.threads or torch.get_num_threads()
     return max(1, cpu_threads() // threads)
+
+
+async def off_loop(chars: int, function: Callable[..., T], *args) -> T:
+    """`function(*args)`, which reads `chars` characters of a request: in the event loop
+    where they are at most `INLINE_CHARS`, else in a thread (see `INLINE_CHARS`)."""
+    if chars <= INLINE_CHARS:
+        return function(*args)
+    return await asyncio.to_thread(function, *args)
 
 
 class ApiError(Exception):
@@ -270,7 +286,7 @@ class Service:
         if len(sentences) > c.max_sentences:
             raise ApiError(413, f"too many sentences: {len(sentences)}; the limit is "
                                 f"--max-sentences {c.max_sentences}")  # fmt: skip
-        sources = await asyncio.to_thread(model.encode, sentences)
+        sources = await off_loop(sum(map(len, sentences)), model.encode, sentences)
         lengths = [len(ids) for ids in sources]
         for i, n in enumerate(lengths):
             if n > c.max_sentence_tokens:
@@ -332,7 +348,7 @@ class Service:
                                 f"{self.config.max_sentences}")  # fmt: skip
         route = route or [self.models.first]
         lang = route[0].pair[0] or "en"
-        docs = await asyncio.to_thread(segment, texts, lang, split, html)  # not in the loop
+        docs = await off_loop(sum(map(len, texts)), segment, texts, lang, split, html)
         sentences = [s for doc in docs for s in doc.sentences]
         wants = dataclasses.replace(wants, alignment=True) if html else wants  # places tags
         step = self.config.max_sentences if chunked else max(len(sentences), 1)
