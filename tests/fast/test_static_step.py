@@ -372,18 +372,34 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
               "source": {"frozen": False, "ms": {"16": [1.0, 2.0]}}}  # fmt: skip
     monkeypatch.setattr(wide_products, "measure", lambda *args: chosen)
     builders, build, keep_used = [], compiled_module._build, ByRows.keep_used
-    monkeypatch.setattr(compiled_module, "_build", lambda *args: builders.extend(build(*args)))
+    timed = []
+
+    def frozen_faster(unfrozen, frozen, ends):  # the frozen step library timed the faster
+        timed.append((unfrozen.file.name, frozen.file.name, [rows for rows, _ in ends]))
+        return {"wide_from": ends[0][0], "ms": {rows: [2.0, 1.0] for rows, _ in ends}}
+
+    def build_timing_libraries_so(*args):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(compiled_module, "crossover", frozen_faster)
+            builders.extend(build(*args))
+
+    monkeypatch.setattr(compiled_module, "_build", build_timing_libraries_so)
     monkeypatch.setattr(ByRows, "keep_used", lambda self: None)  # both libraries, to route to below
     model, search = fast.for_inference(copy.deepcopy(core), compile="always")
-    # the six libraries built each in a process of its own, side by side on several CPUs
-    assert len(builders) == 6 and len(set(builders)) == 6 and os.getpid() not in builders
+    # the six libraries, and the frozen step's and search step's unfrozen twins, built each
+    # in a process of its own, side by side on several CPUs; the step's two wide libraries
+    # timed against each other at the fewest rows of a wide call and the widest example
+    assert len(builders) == 8 and len(set(builders)) == 8 and os.getpid() not in builders
+    assert timed == [("step-wide-unfrozen.pt2", "step-wide.pt2", [16, STEP_ROWS[-1]])]
     assert isinstance(search, StepSearch) and search.step is not search.shape
     assert search.kind == "compiled decoder step" and StepSearch(model).kind == "decoder step"
     rows_here = rows_file(artifact_path(model))  # the crossovers at this thread count
     built = [PRODUCTS_FILE, rows_here.name, "search_step-wide.pt2", "search_step.pt2",
              "source-wide.pt2", "source.pt2", "step-wide.pt2", "step.pt2"]  # fmt: skip
     assert sorted(p.name for p in artifact_path(model).iterdir()) == built
-    assert json.loads((artifact_path(model) / PRODUCTS_FILE).read_text()) == chosen
+    libraries = {"16": [2.0, 1.0], str(STEP_ROWS[-1]): [2.0, 1.0]}  # [unfrozen, frozen] ms
+    assert json.loads((artifact_path(model) / PRODUCTS_FILE).read_text()) == {
+        "step": {**chosen["step"], "libraries": libraries}, "source": chosen["source"]}
     for name, frozen in (("step", True), ("search_step", True), ("source", False)):
         products = _products(artifact_path(model) / f"{name}-wide.pt2")
         assert products and all(p.startswith("_linear_pointwise") == frozen for p in products), products
@@ -442,6 +458,42 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
         assert sorted(read) == ["search_step-wide.pt2", "source-wide.pt2", "step-wide.pt2"]
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("frozen_wins", [True, False])
+def test_a_frozen_wide_library_stays_only_where_it_times_faster_than_its_twin(tmp_path, frozen_wins):
+    """`_keep_faster_wide`: the step's frozen wide library against its unfrozen twin, at 16
+    rows and the widest example; the winner's kind serves the step and the search step, the
+    other is deleted, and the choice and the timings are written to the products file. A
+    source built frozen with no twin is left as it is."""
+    model = _model()
+    names = ("step", "search_step")
+    for name in names:
+        (tmp_path / f"{name}-wide.pt2").write_text(f"{name} frozen")
+        (tmp_path / f"{name}{compiled_module.TWIN}").write_text(f"{name} unfrozen")
+    (tmp_path / "source-wide.pt2").write_text("source frozen")
+    chosen = {f: {"frozen": True, "ms": {"16": [2.0, 1.0]}} for f in ("step", "source")}
+    (tmp_path / PRODUCTS_FILE).write_text(json.dumps(chosen))
+    timed = []
+
+    widest = [2.0, 1.0] if frozen_wins else [1.0, 2.0]  # [unfrozen, frozen] ms
+
+    def timings(unfrozen, frozen, ends):
+        timed.append((unfrozen, frozen, [rows for rows, _ in ends]))
+        return {"wide_from": 16 if frozen_wins else None,
+                "ms": {16: [2.0, 1.0], STEP_ROWS[-1]: widest}}  # fmt: skip
+
+    compiled_module._keep_faster_wide(tmp_path, model, timings, load=lambda file: file.read_text())
+    assert timed == [("step unfrozen", "step frozen", [16, STEP_ROWS[-1]])]
+    kind = "frozen" if frozen_wins else "unfrozen"
+    for name in names:
+        assert (tmp_path / f"{name}-wide.pt2").read_text() == f"{name} {kind}"
+    assert (tmp_path / "source-wide.pt2").read_text() == "source frozen"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        PRODUCTS_FILE, "search_step-wide.pt2", "source-wide.pt2", "step-wide.pt2"]
+    products = json.loads((tmp_path / PRODUCTS_FILE).read_text())
+    assert products["step"]["frozen"] is frozen_wins and products["source"] == chosen["source"]
+    assert products["step"]["libraries"] == {"16": [2.0, 1.0], str(STEP_ROWS[-1]): widest}
 
 
 def test_the_libraries_compile_side_by_side_on_the_cpus_this_process_may_use(monkeypatch):

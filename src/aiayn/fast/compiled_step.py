@@ -34,7 +34,9 @@ are candidates only for weights folded in as constants (`freezing`), which narro
 builds go without (`_compile`). A float32 wide library is frozen where `wide_products`
 timed oneDNN's packed products faster than ATen's (MKL's) on the model's own shapes at
 this machine (kept in the artifact: `PRODUCTS_FILE`), its products' rows then padded to
-a bounded set of counts (`bucketed`), else its products are ATen's. An
+a bounded set of counts (`bucketed`), else its products are ATen's. Products timed alone
+need not rank whole libraries alike, so where they chose oneDNN the function's wide
+library is also built unfrozen, and the two are timed (`_keep_faster_wide`). An
 int8 model's wide libraries are frozen: their products are oneDNN's int8 ones, weights
 packed once. Each of those calls
 has a setup cost that outweighs a few rows' arithmetic, so its narrow decoder computes the
@@ -80,7 +82,7 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 20  # bumped when the functions' signatures or the build's settings change
+FORMAT = 21  # bumped when the functions' signatures or the build's settings change
 # Never frozen (`_compile`), so never over an int8 model's oneDNN products: Inductor's
 # autotuning of those crashed the compiling process (a corrupted heap).
 NARROW_OPTIONS = {
@@ -92,6 +94,7 @@ NARROW_OPTIONS = {
 }
 WIDE_OPTIONS = {"freezing": True}  # Inductor's default choices
 PRODUCTS_FILE = "products.json"  # a float32 artifact's `wide_products.measure`
+TWIN = "-wide-unfrozen.pt2"  # a frozen float32 wide library's unfrozen twin, while building
 # The widths at which the two libraries are timed: decoder rows (sentences x beam), and the
 # source's tokens (sentences x `SOURCE_LEN`).
 STEP_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -310,6 +313,7 @@ def _build(model, path: Path) -> list[int]:
         workers = compile_all(_jobs(model, Path(tmp)))
         for leftover in Path(tmp).glob("*-program.pt2"):
             os.remove(leftover)
+        _keep_faster_wide(Path(tmp), model)
         if path.exists():  # a damaged artifact (it failed to load): this build replaces it
             shutil.rmtree(path)
         os.replace(tmp, path)
@@ -324,8 +328,8 @@ def _build(model, path: Path) -> list[int]:
 
 def _jobs(model, tmp: Path) -> list[tuple[str, str, dict, bool]]:
     """`compile_all`'s jobs for `model`'s libraries, their programs exported into `tmp`:
-    each function wide (frozen where its products are oneDNN's) and narrow (never frozen;
-    an int8 model's source has none)."""
+    each function wide (frozen where its products are oneDNN's; a float32 one then also
+    unfrozen, its `TWIN`) and narrow (never frozen; an int8 model's source has none)."""
     programs = {"step": _step_program, "source": _source_program,
                 "search_step": _search_step_program}  # fmt: skip
     int8 = is_int8(model)
@@ -341,6 +345,10 @@ def _jobs(model, tmp: Path) -> list[tuple[str, str, dict, bool]]:
         program = f"{tmp}/{name}-program.pt2"
         torch.export.save(programs[name](wide), program)
         jobs.append((program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS, wide_frozen))
+        if wide is padded:  # and its twin on MKL's products, kept if faster (`_keep_faster_wide`)
+            program = f"{tmp}/{name}-unfrozen-program.pt2"
+            torch.export.save(programs[name](model), program)
+            jobs.append((program, f"{tmp}/{name}{TWIN}", WIDE_OPTIONS, False))
         if name == "source" and int8:  # oneDNN's int8 encoder won at every width timed
             continue
         # the narrow library's decoder reads its weights as (in, out); its source is the wide one's
@@ -350,6 +358,41 @@ def _jobs(model, tmp: Path) -> list[tuple[str, str, dict, bool]]:
             torch.export.save(programs[name](model, **transposed), program)
         jobs.append((program, f"{tmp}/{name}.pt2", NARROW_OPTIONS, False))
     return jobs
+
+
+def _keep_faster_wide(directory: Path, model, timed: Callable | None = None,
+                      load: Callable | None = None) -> None:
+    """Where a function's wide libraries were built both ways (frozen, on oneDNN's products,
+    and its unfrozen twin on MKL's: `_jobs`), keep the faster and drop the other. Both are
+    timed in turns (`crossover`, or `timed`) at the fewest rows a wide call takes
+    (`wide_products.ROWS`) and at the widest example; the frozen one stays only where it
+    is faster at both, the rule its products were chosen by. The products timed alone need
+    not rank the libraries alike: with AVX2 kernels, oneDNN's products of a base-sized
+    step were the faster timed alone at every width, but its frozen library was the slower
+    from 64 rows on. The decoder step's choice is the search step's too (the same
+    products). The timings go to `PRODUCTS_FILE`, under "libraries"."""
+    timed, load = timed or crossover, load or _Loaded
+    file = directory / PRODUCTS_FILE
+    products = json.loads(file.read_text())
+    families = (("step", ("step", "search_step"), _step_examples),
+                ("source", ("source",), _source_examples))  # fmt: skip
+    for function, names, examples in families:
+        if not (directory / f"{function}{TWIN}").exists():
+            continue
+        every = examples(model)
+        ends = [e for e in every if e[0] == wide_products.ROWS[function][0]] + every[-1:]
+        with torch.no_grad():
+            found = timed(load(directory / f"{function}{TWIN}"),
+                          load(directory / f"{function}-wide.pt2"), ends)  # fmt: skip
+        frozen = found["wide_from"] == ends[0][0]  # faster at every width timed
+        for name in names:
+            twin = directory / f"{name}{TWIN}"
+            if frozen:
+                os.remove(twin)
+            else:
+                os.replace(twin, directory / f"{name}-wide.pt2")
+        products[function].update(frozen=frozen, libraries=found["ms"])  # [unfrozen, frozen]
+    file.write_text(json.dumps(products, indent=1) + "\n")
 
 
 def bucketed(model):
