@@ -496,6 +496,14 @@ def test_a_frozen_wide_library_stays_only_where_it_times_faster_than_its_twin(tm
     assert products["step"]["libraries"] == {"16": [2.0, 1.0], str(STEP_ROWS[-1]): widest}
 
 
+def test_a_build_with_no_twin_is_left_as_it_is(tmp_path):
+    """An int8 build (frozen wide libraries, no products file) or a float32 one that froze
+    nothing: `_keep_faster_wide` times, reads and writes nothing."""
+    (tmp_path / "step-wide.pt2").write_text("step")
+    compiled_module._keep_faster_wide(tmp_path, _model(), lambda *args: 1 / 0, load=lambda f: 1 / 0)
+    assert [p.name for p in tmp_path.iterdir()] == ["step-wide.pt2"]
+
+
 def test_the_libraries_compile_side_by_side_on_the_cpus_this_process_may_use(monkeypatch):
     """`compile_all` runs as many compiling processes at once as there are CPUs, and no more."""
     running, most, order = [0], [0], []

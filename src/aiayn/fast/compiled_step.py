@@ -371,14 +371,16 @@ def _keep_faster_wide(directory: Path, model, timed: Callable | None = None,
     step were the faster timed alone at every width, but its frozen library was the slower
     from 64 rows on. The decoder step's choice is the search step's too (the same
     products). The timings go to `PRODUCTS_FILE`, under "libraries"."""
+    families = {"step": (("step", "search_step"), _step_examples),
+                "source": (("source",), _source_examples)}  # fmt: skip
+    twice = [f for f in families if (directory / f"{f}{TWIN}").exists()]
+    if not twice:  # nothing built both ways (an int8 build has no products file either)
+        return
     timed, load = timed or crossover, load or _Loaded
     file = directory / PRODUCTS_FILE
     products = json.loads(file.read_text())
-    families = (("step", ("step", "search_step"), _step_examples),
-                ("source", ("source",), _source_examples))  # fmt: skip
-    for function, names, examples in families:
-        if not (directory / f"{function}{TWIN}").exists():
-            continue
+    for function in twice:
+        names, examples = families[function]
         every = examples(model)
         ends = [e for e in every if e[0] == wide_products.ROWS[function][0]] + every[-1:]
         with torch.no_grad():
