@@ -504,6 +504,27 @@ def test_a_build_with_no_twin_is_left_as_it_is(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["step-wide.pt2"]
 
 
+def test_a_float32_build_that_freezes_both_functions_builds_each_a_twin(tmp_path, monkeypatch):
+    """`_jobs` where the products chose oneDNN for the step and the source: each function's
+    wide library frozen over padded rows and its unfrozen twin over the model's own rows;
+    the narrow source is compiled from the twin's program, exported once."""
+    model = _model()
+    chosen = {f: {"frozen": True, "ms": {}} for f in ("step", "source")}
+    monkeypatch.setattr(compiled_module, "_products_file", lambda *args: chosen)
+    exported = []
+    save = torch.export.save
+    monkeypatch.setattr(torch.export, "save",
+                        lambda program, file: exported.append(file) or save(program, file))
+    jobs = {Path(package).name: (Path(program).name, frozen)
+            for program, package, _, frozen in compiled_module._jobs(model, tmp_path)}  # fmt: skip
+    for name in ("step", "search_step", "source"):
+        assert jobs[f"{name}-wide.pt2"] == (f"{name}-program.pt2", True)
+        assert jobs[f"{name}{compiled_module.TWIN}"] == (f"{name}-unfrozen-program.pt2", False)
+    assert jobs["source.pt2"] == ("source-unfrozen-program.pt2", False)
+    assert jobs["step.pt2"] == ("step-narrow-program.pt2", False)
+    assert len(exported) == len(set(exported)) == 8  # three wide, three twins, two narrow
+
+
 def test_the_libraries_compile_side_by_side_on_the_cpus_this_process_may_use(monkeypatch):
     """`compile_all` runs as many compiling processes at once as there are CPUs, and no more."""
     running, most, order = [0], [0], []

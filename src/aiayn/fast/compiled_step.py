@@ -351,11 +351,11 @@ def _jobs(model, tmp: Path) -> list[tuple[str, str, dict, bool]]:
             jobs.append((program, f"{tmp}/{name}{TWIN}", WIDE_OPTIONS, False))
         if name == "source" and int8:  # oneDNN's int8 encoder won at every width timed
             continue
-        # the narrow library's decoder reads its weights as (in, out); its source is the wide one's
-        if name != "source" or wide is not model:
+        # the narrow library's decoder reads its weights as (in, out); its source is the
+        # model's own program exported above (the wide library's, or its twin's)
+        if name != "source":
             program = f"{tmp}/{name}-narrow-program.pt2"
-            transposed = {"transposed": True} if name != "source" else {}
-            torch.export.save(programs[name](model, **transposed), program)
+            torch.export.save(programs[name](model, transposed=True), program)
         jobs.append((program, f"{tmp}/{name}.pt2", NARROW_OPTIONS, False))
     return jobs
 
