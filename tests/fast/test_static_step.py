@@ -363,18 +363,20 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     float32 over a batch and one sentence at a time, through either library, at every beam
     config, up to a beam wider than a row's chunks (a vocabulary searched by chunks:
     `block_topk` under export); and a second model with the same weights loads the stored
-    library instead of building. Its step's wide libraries are built frozen (oneDNN's packed
-    float32 products) and its source's not (ATen's), as `wide_products` would choose where
-    oneDNN won the one and lost the other: both kinds of float32 wide library are tested."""
+    library instead of building. Its source's wide library is built frozen (oneDNN's packed
+    float32 products) and its step's not (ATen's), as `wide_products` would choose where
+    oneDNN won the one and lost the other: both kinds of float32 wide library are tested.
+    (The source, not the step, is the frozen one: its unfrozen twin is the cheapest to
+    build, and the search step's would be the costliest.)"""
     core = _model(seed=1, vocab_size=LARGE_VOCAB)
     monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
-    chosen = {"step": {"frozen": True, "ms": {"16": [2.0, 1.0]}},
-              "source": {"frozen": False, "ms": {"16": [1.0, 2.0]}}}  # fmt: skip
+    chosen = {"step": {"frozen": False, "ms": {"16": [1.0, 2.0]}},
+              "source": {"frozen": True, "ms": {"16": [2.0, 1.0]}}}  # fmt: skip
     monkeypatch.setattr(wide_products, "measure", lambda *args: chosen)
     builders, build, keep_used = [], compiled_module._build, ByRows.keep_used
     timed = []
 
-    def frozen_faster(unfrozen, frozen, ends):  # the frozen step library timed the faster
+    def frozen_faster(unfrozen, frozen, ends):  # the frozen source library timed the faster
         timed.append((unfrozen.file.name, frozen.file.name, [rows for rows, _ in ends]))
         return {"wide_from": ends[0][0], "ms": {rows: [2.0, 1.0] for rows, _ in ends}}
 
@@ -386,21 +388,22 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     monkeypatch.setattr(compiled_module, "_build", build_timing_libraries_so)
     monkeypatch.setattr(ByRows, "keep_used", lambda self: None)  # both libraries, to route to below
     model, search = fast.for_inference(copy.deepcopy(core), compile="always")
-    # the six libraries, and the frozen step's and search step's unfrozen twins, built each
-    # in a process of its own, side by side on several CPUs; the step's two wide libraries
-    # timed against each other at the fewest rows of a wide call and the widest example
-    assert len(builders) == 8 and len(set(builders)) == 8 and os.getpid() not in builders
-    assert timed == [("step-wide-unfrozen.pt2", "step-wide.pt2", [16, STEP_ROWS[-1]])]
+    # the six libraries, and the frozen source's unfrozen twin, built each in a process of
+    # its own, side by side on several CPUs; the source's two wide libraries timed against
+    # each other at the fewest tokens of a wide call and the widest example
+    assert len(builders) == 7 and len(set(builders)) == 7 and os.getpid() not in builders
+    widest = compiled_module._source_examples(core)[-1][0]  # tokens: 32 sentences of 16
+    assert timed == [("source-wide-unfrozen.pt2", "source-wide.pt2", [16, widest])]
     assert isinstance(search, StepSearch) and search.step is not search.shape
     assert search.kind == "compiled decoder step" and StepSearch(model).kind == "decoder step"
     rows_here = rows_file(artifact_path(model))  # the crossovers at this thread count
     built = [PRODUCTS_FILE, rows_here.name, "search_step-wide.pt2", "search_step.pt2",
              "source-wide.pt2", "source.pt2", "step-wide.pt2", "step.pt2"]  # fmt: skip
     assert sorted(p.name for p in artifact_path(model).iterdir()) == built
-    libraries = {"16": [2.0, 1.0], str(STEP_ROWS[-1]): [2.0, 1.0]}  # [unfrozen, frozen] ms
+    libraries = {"16": [2.0, 1.0], str(widest): [2.0, 1.0]}  # [unfrozen, frozen] ms
     assert json.loads((artifact_path(model) / PRODUCTS_FILE).read_text()) == {
-        "step": {**chosen["step"], "libraries": libraries}, "source": chosen["source"]}
-    for name, frozen in (("step", True), ("search_step", True), ("source", False)):
+        "step": chosen["step"], "source": {**chosen["source"], "libraries": libraries}}
+    for name, frozen in (("step", False), ("search_step", False), ("source", True)):
         products = _products(artifact_path(model) / f"{name}-wide.pt2")
         assert products and all(p.startswith("_linear_pointwise") == frozen for p in products), products
     rows = json.loads(rows_here.read_text())
@@ -507,22 +510,33 @@ def test_a_build_with_no_twin_is_left_as_it_is(tmp_path):
 def test_a_float32_build_that_freezes_both_functions_builds_each_a_twin(tmp_path, monkeypatch):
     """`_jobs` where the products chose oneDNN for the step and the source: each function's
     wide library frozen over padded rows and its unfrozen twin over the model's own rows;
-    the narrow source is compiled from the twin's program, exported once."""
+    the narrow source is compiled from the twin's program, exported once. (The programs
+    are stand-ins naming what each would export: `_jobs`' wiring is under test, not export.)"""
     model = _model()
     chosen = {f: {"frozen": True, "ms": {}} for f in ("step", "source")}
     monkeypatch.setattr(compiled_module, "_products_file", lambda *args: chosen)
-    exported = []
-    save = torch.export.save
-    monkeypatch.setattr(torch.export, "save",
-                        lambda program, file: exported.append(file) or save(program, file))
-    jobs = {Path(package).name: (Path(program).name, frozen)
+
+    def stand_in(name):
+        def program(of, transposed=False):
+            padded = any(isinstance(m, BucketedLinear) for m in of.modules())
+            assert padded or of is model  # the padded copy, or the model itself
+            return (name, "padded" if padded else "own", transposed)
+        return program
+
+    for name in ("step", "source", "search_step"):
+        monkeypatch.setattr(compiled_module, f"_{name}_program", stand_in(name))
+    exported = {}
+    monkeypatch.setattr(torch.export, "save", lambda program, file: exported.setdefault(
+        Path(file).name, []).append(program))  # fmt: skip
+    jobs = {Path(package).name: (exported[Path(program).name], frozen)
             for program, package, _, frozen in compiled_module._jobs(model, tmp_path)}  # fmt: skip
     for name in ("step", "search_step", "source"):
-        assert jobs[f"{name}-wide.pt2"] == (f"{name}-program.pt2", True)
-        assert jobs[f"{name}{compiled_module.TWIN}"] == (f"{name}-unfrozen-program.pt2", False)
-    assert jobs["source.pt2"] == ("source-unfrozen-program.pt2", False)
-    assert jobs["step.pt2"] == ("step-narrow-program.pt2", False)
-    assert len(exported) == len(set(exported)) == 8  # three wide, three twins, two narrow
+        assert jobs[f"{name}-wide.pt2"] == ([(name, "padded", False)], True)
+        assert jobs[f"{name}{compiled_module.TWIN}"] == ([(name, "own", False)], False)
+    assert jobs["source.pt2"] == ([("source", "own", False)], False)  # the twin's program
+    for name in ("step", "search_step"):  # the narrow decoder reads its weights as (in, out)
+        assert jobs[f"{name}.pt2"] == ([(name, "own", True)], False)
+    assert len(exported) == 8 and all(len(each) == 1 for each in exported.values())
 
 
 def test_the_libraries_compile_side_by_side_on_the_cpus_this_process_may_use(monkeypatch):
