@@ -330,6 +330,24 @@ def test_crossover_times_both_libraries_at_each_width():
     assert found["ms"][1][0] < found["ms"][1][1] and found["ms"][16][0] > found["ms"][16][1]
 
 
+def test_the_step_is_timed_at_the_rows_of_a_batched_translation(monkeypatch):
+    """`_step_examples` reach the rows of a 4096-token batch of 32-token sentences at beam 4
+    (512): a wide library that wins only past 128 rows (as the small benchmark network's
+    did: level at 128 rows, a quarter faster at 512) serves those batches, not the narrow one."""
+    monkeypatch.setattr(compiled_module, "_seconds", lambda function, inputs: function(*inputs))
+
+    def narrow(tokens, *rest):  # "seconds" by rows: the narrow library wins up to 128 rows
+        return tokens.size(0) * 1.0
+
+    def wide(tokens, *rest):
+        rows = tokens.size(0)
+        return rows * 2.0 if rows <= 128 else 128 + (rows - 128) * 0.5
+
+    examples = compiled_module._step_examples(_model())
+    assert examples[-1][0] >= 4 * 4096 // 32
+    assert crossover(narrow, wide, examples)["wide_from"] == 256
+
+
 def test_without_a_cached_step_nothing_is_built_unless_asked(tmp_path, monkeypatch):
     def refuse(model, path):
         raise AssertionError("built")
