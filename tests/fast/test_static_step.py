@@ -293,11 +293,18 @@ def test_the_artifact_is_keyed_by_the_weights_and_the_config(tmp_path):
     assert artifact_path(_model(ln_eps=1e-5), tmp_path) != path  # same weights, other config
 
 
-def test_the_wide_library_serves_from_the_fewest_rows_at_which_it_won_every_wider_timing():
+def test_the_wide_library_serves_from_the_crossover_that_loses_least():
     assert wide_from({1: (1.0, 2.0), 4: (2.0, 1.5), 16: (3.0, 1.0)}) == 4
-    assert wide_from({1: (1.0, 0.5), 4: (2.0, 2.5), 16: (3.0, 1.0)}) == 16  # a win below a loss
     assert wide_from({1: (0.5, 1.0), 4: (1.0, 2.0)}) is None
     assert wide_from({1: (2.0, 1.0), 4: (2.0, 1.0)}) == 1
+    assert wide_from({1: (1.0, 1.0), 4: (2.0, 2.0)}) is None  # ties: the later crossover
+    # a loss of a quarter between two wins by half: one crossover, at the first win
+    assert wide_from({1: (1.0, 0.5), 4: (2.0, 2.5), 16: (3.0, 1.5)}) == 1
+    # a win by a third at 256 rows, then a loss of 3% at 512 (a small network's int8 step,
+    # measured): the wide library serves from 32 rows, not at no width at all
+    int8 = {16: (0.475, 0.5233), 32: (0.8886, 0.7374), 64: (1.8982, 1.1963),
+            128: (3.7428, 2.4081), 256: (7.8001, 4.8282), 512: (15.8304, 16.377)}  # fmt: skip
+    assert wide_from(int8) == 32
 
 
 def test_calls_go_to_the_library_for_their_row_count():

@@ -82,7 +82,7 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 22  # bumped when the functions' signatures or the build's settings change
+FORMAT = 23  # bumped when the functions' signatures or the build's settings change
 # Never frozen (`_compile`), so never over an int8 model's oneDNN products: Inductor's
 # autotuning of those crashed the compiling process (a corrupted heap).
 NARROW_OPTIONS = {
@@ -271,15 +271,20 @@ def _source_rows(src: Tensor) -> int:
 
 
 def wide_from(timings: dict[int, tuple[float, float]]) -> int | None:
-    """From {rows: (narrow seconds, wide seconds)}: the fewest rows from which the wide
-    library was the faster at every width timed; None where it lost at the widest."""
-    start = None
-    for rows in sorted(timings, reverse=True):
-        narrow, wide = timings[rows]
-        if wide >= narrow:
-            break
-        start = rows
-    return start
+    """From {rows: (narrow seconds, wide seconds)}: the row count from which the wide library
+    serves (None: never), the one crossover that loses least over the widths timed. Each
+    width counts by how much slower the library it gives is there than the faster one, as
+    a fraction, so that a wide call's milliseconds weigh no more than a narrow call's. A
+    timing at odds with its neighbours then costs what it measured: an int8 wide library
+    that won by a third at 256 rows and lost by 3% at 512 serves from where it starts to
+    win, where a rule asking it to win every wider timing dropped it at every width. On a
+    tie the later crossover is taken."""
+
+    def loss(start: int | None) -> float:  # the wide library from `start` rows on
+        return sum(pair[start is not None and rows >= start] / max(min(pair), 1e-12) - 1
+                   for rows, pair in timings.items())  # fmt: skip
+
+    return min([None, *sorted(timings, reverse=True)], key=loss)
 
 
 def crossover(narrow: Callable, wide: Callable, examples: list[tuple[int, tuple]]) -> dict:
@@ -388,7 +393,7 @@ def _keep_faster_wide(directory: Path, model, timed: Callable | None = None,
         with torch.no_grad():
             found = timed(load(directory / f"{function}{TWIN}"),
                           load(directory / f"{function}-wide.pt2"), ends)  # fmt: skip
-        frozen = found["wide_from"] == ends[0][0]  # faster at every width timed
+        frozen = all(f < u for u, f in found["ms"].values())  # faster at every width timed
         for name in names:
             twin = directory / f"{name}{TWIN}"
             if frozen:
