@@ -350,7 +350,7 @@ def test_the_step_is_timed_at_the_rows_of_a_batched_translation(monkeypatch):
         rows = tokens.size(0)
         return rows * 2.0 if rows <= 128 else 128 + (rows - 128) * 0.5
 
-    examples = compiled_module._step_examples(_model())
+    examples = list(compiled_module._step_examples(_model()))
     assert examples[-1][0] >= 4 * 4096 // 32
     assert crossover(narrow, wide, examples)["wide_from"] == 256
 
@@ -417,7 +417,7 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     # its own, side by side on several CPUs; the source's two wide libraries timed against
     # each other at the fewest tokens of a wide call and the widest example
     assert len(builders) == 7 and len(set(builders)) == 7 and os.getpid() not in builders
-    widest = compiled_module._source_examples(core)[-1][0]  # tokens: 32 sentences of 16
+    widest = list(compiled_module._source_examples(core))[-1][0]  # tokens: 32 sentences of 16
     assert timed == [("source-wide-unfrozen.pt2", "source-wide.pt2", [16, widest])]
     assert isinstance(search, StepSearch) and search.step is not search.shape
     assert search.kind == "compiled decoder step" and StepSearch(model).kind == "decoder step"

@@ -65,7 +65,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from copy import deepcopy
 from pathlib import Path
 
@@ -275,10 +275,11 @@ def wide_from(timings: dict[int, tuple[float, float]]) -> int | None:
     serves (None: never), the one crossover that loses least over the widths timed. Each
     width counts by how much slower the library it gives is there than the faster one, as
     a fraction, so that a wide call's milliseconds weigh no more than a narrow call's. A
-    timing at odds with its neighbours then costs what it measured: an int8 wide library
-    that won by a third at 256 rows and lost by 3% at 512 serves from where it starts to
-    win, where a rule asking it to win every wider timing dropped it at every width. On a
-    tie the later crossover is taken."""
+    timing at odds with its neighbours then costs what it measured: a wide library that
+    won clearly at every width but the widest, and lost narrowly there, serves from where
+    it starts to win, where a rule asking it to win every wider timing dropped it at every
+    width (`tests/fast/test_static_step.py` holds such a case). On a tie the later
+    crossover is taken."""
 
     def loss(start: int | None) -> float:  # the wide library from `start` rows on
         return sum(pair[start is not None and rows >= start] / max(min(pair), 1e-12) - 1
@@ -287,8 +288,8 @@ def wide_from(timings: dict[int, tuple[float, float]]) -> int | None:
     return min([None, *sorted(timings, reverse=True)], key=loss)
 
 
-def crossover(narrow: Callable, wide: Callable, examples: list[tuple[int, tuple]]) -> dict:
-    """Both libraries timed on `examples` [(rows, inputs)]: {"wide_from": `wide_from`,
+def crossover(narrow: Callable, wide: Callable, examples: Iterable[tuple[int, tuple]]) -> dict:
+    """Both libraries timed on `examples` (rows, inputs): {"wide_from": `wide_from`,
     "ms": {rows: [narrow, wide]}}, per call, the best of `ROUNDS` rounds taken in turns (so
     that another process's load falls on both alike)."""
     timings = {}
@@ -388,8 +389,11 @@ def _keep_faster_wide(directory: Path, model, timed: Callable | None = None,
     products = json.loads(file.read_text())
     for function in twice:
         names, examples = families[function]
-        every = examples(model)
-        ends = [e for e in every if e[0] == wide_products.ROWS[function][0]] + every[-1:]
+        ends, last = [], None  # the examples made one at a time; the two ends kept
+        for last in examples(model):
+            if last[0] == wide_products.ROWS[function][0]:
+                ends.append(last)
+        ends.append(last)
         with torch.no_grad():
             found = timed(load(directory / f"{function}{TWIN}"),
                           load(directory / f"{function}-wide.pt2"), ends)  # fmt: skip
@@ -482,19 +486,22 @@ def _compile(program: torch.export.ExportedProgram, package: str, options: dict,
                                                  inductor_configs=dict(options))  # fmt: skip
 
 
-def _step_examples(model) -> list[tuple[int, tuple]]:
-    """The step's inputs at each of `STEP_ROWS` (4 hypotheses a sentence, as beam 4 has)."""
+def _step_examples(model) -> Iterator[tuple[int, tuple]]:
+    """The step's inputs at each of `STEP_ROWS` (4 hypotheses a sentence, as beam 4 has),
+    made one width at a time: the widest hold a base-sized model's keys and values for
+    hundreds of rows, and need not all be alive at once."""
     src_len = min(SOURCE_LEN, model.config.max_len)
-    return [(rows, _step_inputs(model, rows, max(1, rows // 4), EARLIER, src_len))
-            for rows in STEP_ROWS]  # fmt: skip
+    for rows in STEP_ROWS:
+        yield rows, _step_inputs(model, rows, max(1, rows // 4), EARLIER, src_len)
 
 
-def _source_examples(model) -> list[tuple[int, tuple]]:
-    """The source keys' inputs at each of `SOURCE_SENTENCES` sentences of `SOURCE_LEN` tokens."""
+def _source_examples(model) -> Iterator[tuple[int, tuple]]:
+    """The source keys' inputs at each of `SOURCE_SENTENCES` sentences of `SOURCE_LEN` tokens,
+    made one width at a time."""
     src_len = min(SOURCE_LEN, model.config.max_len)
     eos = model.config.eos_id
-    return [(n * src_len, (torch.full((n, src_len), eos, dtype=torch.long),))
-            for n in SOURCE_SENTENCES]  # fmt: skip
+    for n in SOURCE_SENTENCES:
+        yield n * src_len, (torch.full((n, src_len), eos, dtype=torch.long),)
 
 
 def _step_inputs(model, rows: int, sentences: int, earlier: int, src_len: int) -> tuple:
