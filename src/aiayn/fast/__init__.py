@@ -17,6 +17,7 @@ the same parameters and tested equal to it (tests/fast/). The core (`model/`, `l
 | `Transformer.decode` + `project` in search | `static_step.DecoderStep`, run by `static_search.StepSearch` | one step as one function of tensors, compiled ahead of time (`compiled_step.py`): no interpreter in a step |
 | one step of `run_search` with `BeamStrategy`: decode, project, step, reorder | `search_step.SearchStep` (`static_beam.BeamStep` inside), run by `StepSearch` | a whole beam search step as one compiled call; the log-softmax read only where the beam looks; keys read through their ancestors' rows, never reordered |
 | `RealTokenLoss` (sec. 5.4) | `loss.ChunkedRealTokenLoss` | no (tokens, vocab) logits; the GPU attention kernel |
+| glibc's malloc thresholds, in a decoding process | `memory.keep_freed_memory` | a step's buffers reused, not faulted in again at every step |
 
 With `int8`, `int8.quantize_int8` gives every linear map int8 weights (CPU decoding);
 with `long_lived` (a server), `linear.warm_up` builds every oneDNN kernel up front.
@@ -46,6 +47,7 @@ from aiayn.fast.feedforward import FusedFeedForward
 from aiayn.fast.int8 import quantize_int8
 from aiayn.fast.linear import OneDnnLinear, shared_choice, warm_up
 from aiayn.fast.loss import ChunkedRealTokenLoss
+from aiayn.fast.memory import keep_freed_memory
 from aiayn.fast.search import FastSearch
 from aiayn.fast.static_search import StepSearch
 from aiayn.loss import RealTokenLoss
@@ -87,9 +89,14 @@ def for_inference(
     it says ready); "always" builds it now if missing (tens of seconds, once: later runs load
     it); "never" keeps the eager search. A one-off run does not build by default, so that a
     one-line translation is never slower than without it. Int8 models compile too (their
-    products oneDNN's int8 ones); where `compiled_step.can_compile` says no, `FastSearch`."""
+    products oneDNN's int8 ones); where `compiled_step.can_compile` says no, `FastSearch`.
+
+    The process keeps the memory its decoding frees for reuse (`memory.keep_freed_memory`:
+    glibc's malloc thresholds, process-wide), so that a step's buffers are not faulted in
+    afresh at every step."""
     if compile not in COMPILE:
         raise ValueError(f"compile must be one of {', '.join(COMPILE)}, got {compile!r}")
+    keep_freed_memory()
     if int8:
         weight = model.output_weight
         check_int8(weight.device, weight.dtype)
