@@ -293,10 +293,20 @@ def emit(script: str, result: dict, args: argparse.Namespace | None = None,
                            also_loads=also_loads), "result": result}  # fmt: skip
     out_dir = Path(getattr(args, "results_dir", RESULTS))
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / file_name(record)
+    path = free_path(out_dir / file_name(record))
     _write(path, record)
     print(f"result written to {path}", file=sys.stderr)
     return path
+
+
+def free_path(path: Path) -> Path:
+    """`path`, or where a result of the same script, minute, commit and machine is there
+    already (two runs in one minute, say with other kernels), the first of `name-2.json`,
+    `name-3.json`, ... that is free: a result is never written over."""
+    n = 1
+    while (found := path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")).exists():
+        n += 1
+    return found
 
 
 def _write(path: Path, record: dict) -> None:

@@ -44,6 +44,19 @@ def test_file_name_says_script_date_commit_and_machine():
     assert results.file_name(record).endswith("_abc1234_nvidia-h100-80gb-hbm3.json")
 
 
+def test_a_second_result_of_the_same_minute_writes_over_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["benchmarks/train_speed.py"])
+    args = argparse.Namespace(note="", results_dir=str(tmp_path), no_save=False)
+    script = str(results.ROOT / "benchmarks" / "train_speed.py")
+    fixed = {"utc": "2026-11-26T07:12:59Z"}
+    real_meta = results.meta
+    monkeypatch.setattr(results, "meta", lambda *a, **k: {**real_meta(*a, **k), **fixed})
+    paths = [results.emit(script, {"run": n}, args) for n in range(3)]
+    assert len(set(paths)) == 3
+    assert paths[1].name == paths[0].name.replace(".json", "-2.json")
+    assert [json.loads(p.read_text())["result"] for p in paths] == [{"run": 0}, {"run": 1}, {"run": 2}]
+
+
 def test_emit_prints_and_writes_the_result_with_its_command_and_versions(
     tmp_path, monkeypatch, capsys
 ):
