@@ -59,4 +59,3 @@ def test_for_inference_keeps_freed_memory():
 def test_without_glibc_nothing_is_set(monkeypatch):
     monkeypatch.setattr(memory, "_glibc", lambda: None)
     assert memory.keep_freed_memory() is False
-

@@ -8,7 +8,7 @@ stores of each batch, the encoder's activations. glibc's malloc serves a block a
 mmap threshold (128 KiB at first, raised as such blocks are freed) with fresh pages of its
 own, unmapped again when freed, and hands the free top of its heap back to the system once
 it passes the trim threshold. Either way the next step's buffer lands on pages the system
-has to fault in and zero again, a few microseconds per 4 KiB page, at every step.
+has to fault in and zero again, at every step.
 
 Here both thresholds are raised once for the process: blocks below `MMAP_THRESHOLD` come
 from the heap and are reused there, and up to `TRIM_THRESHOLD` of free heap is kept. A
@@ -23,7 +23,6 @@ caching allocator (jemalloc, tcmalloc) preloaded for the same reason; this needs
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's <malloc.h> parameter numbers
 # A step's buffers stay below this: a base-sized model's logits over 512 rows of an
@@ -43,12 +42,10 @@ def keep_freed_memory() -> bool:
 
 
 def _glibc() -> ctypes.CDLL | None:
-    """The process's C library where it is glibc (it has `gnu_get_libc_version`), else None."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-    except OSError:
-        return None
+    """The process's own symbols where its C library is glibc (they hold
+    `gnu_get_libc_version`), else None. Read from the running process, not looked up on
+    disk (`ctypes.util.find_library` runs a program to find it)."""
+    libc = ctypes.CDLL(None)
     if not (hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt")):
         return None
     libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
