@@ -303,9 +303,9 @@ def free_path(path: Path) -> Path:
     """`path`, or where a result of the same script, minute, commit and machine is there
     already (two runs in one minute, say with other kernels), the first of `name-2.json`,
     `name-3.json`, ... that is free: a result is never written over."""
-    n = 1
-    while (found := path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")).exists():
-        n += 1
+    found, n = path, 2
+    while found.exists():
+        found, n = path.with_name(f"{path.stem}-{n}{path.suffix}"), n + 1
     return found
 
 
