@@ -401,39 +401,40 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     builders, build, keep_used = [], compiled_module._build, ByRows.keep_used
     timed = []
 
-    def frozen_faster(unfrozen, frozen, ends):  # the frozen source library timed the faster
-        timed.append((unfrozen.file.name, frozen.file.name, [rows for rows, _ in ends]))
-        return {"wide_from": ends[0][0], "ms": {rows: [2.0, 1.0] for rows, _ in ends}}
+    def frozen_faster(libraries, examples):  # the frozen source library timed the faster
+        widths = [rows for rows, _ in examples]
+        timed.append(([library.file.name for library in libraries], widths))
+        return {rows: [3.0, 2.0, 1.0] for rows in widths}  # [narrow, unfrozen, frozen] ms
 
     def build_timing_libraries_so(*args):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(compiled_module, "crossover", frozen_faster)
+            patch.setattr(compiled_module, "in_turns", frozen_faster)
             builders.extend(build(*args))
 
     monkeypatch.setattr(compiled_module, "_build", build_timing_libraries_so)
     monkeypatch.setattr(ByRows, "keep_used", lambda self: None)  # both libraries, to route to below
     model, search = fast.for_inference(copy.deepcopy(core), compile="always")
     # the six libraries, and the frozen source's unfrozen twin, built each in a process of
-    # its own, side by side on several CPUs; the source's two wide libraries timed against
-    # each other at the fewest tokens of a wide call and the widest example
+    # its own, side by side on several CPUs; the source's narrow library and its two wide
+    # ones timed in turns at every example width
     assert len(builders) == 7 and len(set(builders)) == 7 and os.getpid() not in builders
-    widest = list(compiled_module._source_examples(core))[-1][0]  # tokens: 32 sentences of 16
-    assert timed == [("source-wide-unfrozen.pt2", "source-wide.pt2", [16, widest])]
+    widths = [n * 16 for n in SOURCE_SENTENCES]  # tokens: sentences of 16
+    assert timed == [(["source.pt2", "source-wide-unfrozen.pt2", "source-wide.pt2"], widths)]
     assert isinstance(search, StepSearch) and search.step is not search.shape
     assert search.kind == "compiled decoder step" and StepSearch(model).kind == "decoder step"
     rows_here = rows_file(artifact_path(model))  # the crossovers at this thread count
     built = [PRODUCTS_FILE, rows_here.name, "search_step-wide.pt2", "search_step.pt2",
              "source-wide.pt2", "source.pt2", "step-wide.pt2", "step.pt2"]  # fmt: skip
     assert sorted(p.name for p in artifact_path(model).iterdir()) == built
-    libraries = {"16": [2.0, 1.0], str(widest): [2.0, 1.0]}  # [unfrozen, frozen] ms
+    libraries = {str(rows): [3.0, 2.0, 1.0] for rows in widths}  # [narrow, unfrozen, frozen] ms
     assert json.loads((artifact_path(model) / PRODUCTS_FILE).read_text()) == {
         "step": chosen["step"], "source": {**chosen["source"], "libraries": libraries}}
     for name, frozen in (("step", False), ("search_step", False), ("source", True)):
         products = _products(artifact_path(model) / f"{name}-wide.pt2")
         assert products and all(p.startswith("_linear_pointwise") == frozen for p in products), products
     rows = json.loads(rows_here.read_text())
-    for name, widths in (("step", STEP_ROWS), ("source", [n * 16 for n in SOURCE_SENTENCES])):
-        assert [int(w) for w in rows[name]["ms"]] == list(widths)  # both timed at each width
+    for name, timed_at in (("step", STEP_ROWS), ("source", widths)):
+        assert [int(w) for w in rows[name]["ms"]] == list(timed_at)  # both timed at each width
         assert all(t > 0 for pair in rows[name]["ms"].values() for t in pair)
         assert getattr(search, name).wide_from == rows[name]["wide_from"]
     assert isinstance(search.search_step, ByRows)  # the compiled one, narrow and wide
@@ -488,15 +489,30 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
         torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("frozen_wins", [True, False])
-def test_a_frozen_wide_library_stays_only_where_it_times_faster_than_its_twin(tmp_path, frozen_wins):
-    """`_keep_faster_wide`: the step's frozen wide library against its unfrozen twin, at 16
-    rows and the widest example; the winner's kind serves the step and the search step, the
-    other is deleted, and the choice and the timings are written to the products file. A
-    source built frozen with no twin is left as it is."""
-    model = _model()
+# {rows: [narrow, unfrozen, frozen]} ms a call. "narrow serves 16": the frozen library loses
+# to its twin at 16 rows, where the narrow one beats both, and wins at every wider width:
+# kept. "twin serves wide": the frozen one wins at 16 rows only, where the narrow one beats
+# both, and loses wider: dropped.
+KEEP_TIMINGS = {
+    "narrow serves 16": ({1: [0.1, 0.5, 0.6], 16: [1.0, 2.0, 3.0], 64: [6.0, 3.0, 2.0],
+                          512: [60.0, 30.0, 20.0]}, True),
+    "twin serves wide": ({1: [0.1, 0.5, 0.6], 16: [1.0, 3.0, 2.0], 64: [6.0, 2.0, 3.0],
+                          512: [60.0, 20.0, 30.0]}, False),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(KEEP_TIMINGS))
+def test_a_frozen_wide_library_stays_only_where_the_search_is_faster_with_it(tmp_path, case):
+    """`_keep_faster_wide`: the step's narrow library and its two wide ones, timed at every
+    example width; the frozen one stays where the libraries the crossovers would serve are
+    the faster with it. The rule before (faster than its twin at 16 rows and at the widest)
+    dropped it in both cases. The winner's kind serves the step
+    and the search step, the other is deleted, and the choice and the timings are written
+    to the products file. A source built frozen with no twin is left as it is."""
+    model, (ms, frozen_wins) = _model(), KEEP_TIMINGS[case]
     names = ("step", "search_step")
     for name in names:
+        (tmp_path / f"{name}.pt2").write_text(f"{name} narrow")
         (tmp_path / f"{name}-wide.pt2").write_text(f"{name} frozen")
         (tmp_path / f"{name}{compiled_module.TWIN}").write_text(f"{name} unfrozen")
     (tmp_path / "source-wide.pt2").write_text("source frozen")
@@ -504,24 +520,44 @@ def test_a_frozen_wide_library_stays_only_where_it_times_faster_than_its_twin(tm
     (tmp_path / PRODUCTS_FILE).write_text(json.dumps(chosen))
     timed = []
 
-    widest = [2.0, 1.0] if frozen_wins else [1.0, 2.0]  # [unfrozen, frozen] ms
-
-    def timings(unfrozen, frozen, ends):
-        timed.append((unfrozen, frozen, [rows for rows, _ in ends]))
-        return {"wide_from": 16 if frozen_wins else None,
-                "ms": {16: [2.0, 1.0], STEP_ROWS[-1]: widest}}  # fmt: skip
+    def timings(libraries, examples):
+        timed.append((libraries, [rows for rows, _ in examples]))
+        return ms
 
     compiled_module._keep_faster_wide(tmp_path, model, timings, load=lambda file: file.read_text())
-    assert timed == [("step unfrozen", "step frozen", [16, STEP_ROWS[-1]])]
+    assert timed == [(["step narrow", "step unfrozen", "step frozen"], list(STEP_ROWS))]
     kind = "frozen" if frozen_wins else "unfrozen"
     for name in names:
         assert (tmp_path / f"{name}-wide.pt2").read_text() == f"{name} {kind}"
     assert (tmp_path / "source-wide.pt2").read_text() == "source frozen"
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        PRODUCTS_FILE, "search_step-wide.pt2", "source-wide.pt2", "step-wide.pt2"]
+        PRODUCTS_FILE, "search_step-wide.pt2", "search_step.pt2", "source-wide.pt2",
+        "step-wide.pt2", "step.pt2"]  # fmt: skip
     products = json.loads((tmp_path / PRODUCTS_FILE).read_text())
     assert products["step"]["frozen"] is frozen_wins and products["source"] == chosen["source"]
-    assert products["step"]["libraries"] == {"16": [2.0, 1.0], str(STEP_ROWS[-1]): widest}
+    assert products["step"]["libraries"] == {str(rows): times for rows, times in ms.items()}
+
+
+def test_libraries_are_timed_in_turns_on_examples_made_one_at_a_time():
+    """`in_turns` (the crossovers' and `_keep_faster_wide`'s timing): every function runs on
+    each example before the next is made, and each gets its own time a call, in ms."""
+    calls = []
+
+    def examples():
+        for rows in (1, 4):
+            calls.append(f"made {rows}")
+            yield rows, (rows,)
+
+    def fast(rows):
+        calls.append(f"fast {rows}")
+
+    def slow(rows):
+        calls.append(f"slow {rows}")
+        time.sleep(0.002)
+
+    ms = compiled_module.in_turns([fast, slow], examples())
+    assert list(ms) == [1, 4] and all(f < 1.0 < s for f, s in ms.values())
+    assert calls.index("made 4") > calls.index("slow 1") and calls[-1] == "slow 4"
 
 
 def test_a_build_with_no_twin_is_left_as_it_is(tmp_path):

@@ -36,7 +36,8 @@ timed oneDNN's packed products faster than ATen's (MKL's) on the model's own sha
 this machine (kept in the artifact: `PRODUCTS_FILE`), its products' rows then padded to
 a bounded set of counts (`bucketed`), else its products are ATen's. Products timed alone
 need not rank whole libraries alike, so where they chose oneDNN the function's wide
-library is also built unfrozen, and the two are timed (`_keep_faster_wide`). An
+library is also built unfrozen, and the one that makes the search faster beside the
+narrow library is kept (`_keep_faster_wide`). An
 int8 model's wide libraries are frozen: their products are oneDNN's int8 ones, weights
 packed once. Each of those calls
 has a setup cost that outweighs a few rows' arithmetic, so its narrow decoder computes the
@@ -65,7 +66,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from copy import deepcopy
 from pathlib import Path
 
@@ -82,7 +83,7 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 23  # bumped when the functions' signatures or the build's settings change
+FORMAT = 24  # bumped when the functions' signatures or the build's settings change
 # Never frozen (`_compile`), so never over an int8 model's oneDNN products: Inductor's
 # autotuning of those crashed the compiling process (a corrupted heap).
 NARROW_OPTIONS = {
@@ -271,7 +272,7 @@ def _source_rows(src: Tensor) -> int:
 
 
 def wide_from(timings: dict[int, tuple[float, float]]) -> int | None:
-    """From {rows: (narrow seconds, wide seconds)}: the row count from which the wide library
+    """From {rows: (narrow time, wide time)}: the row count from which the wide library
     serves (None: never), the one crossover that loses least over the widths timed. Each
     width counts by how much slower the library it gives is there than the faster one, as
     a fraction, so that a wide call's milliseconds weigh no more than a narrow call's. A
@@ -290,15 +291,22 @@ def wide_from(timings: dict[int, tuple[float, float]]) -> int | None:
 
 def crossover(narrow: Callable, wide: Callable, examples: Iterable[tuple[int, tuple]]) -> dict:
     """Both libraries timed on `examples` (rows, inputs): {"wide_from": `wide_from`,
-    "ms": {rows: [narrow, wide]}}, per call, the best of `ROUNDS` rounds taken in turns (so
-    that another process's load falls on both alike)."""
+    "ms": {rows: [narrow, wide]}}, per call (`in_turns`)."""
+    ms = in_turns((narrow, wide), examples)
+    return {"wide_from": wide_from(ms), "ms": ms}
+
+
+def in_turns(functions: Sequence[Callable], examples: Iterable[tuple[int, tuple]]) -> dict[int, list[float]]:
+    """Each of `functions` timed on `examples` (rows, inputs), made one at a time: {rows:
+    [milliseconds a call, one a function]}, the best of `ROUNDS` rounds taken in turns (so
+    that another process's load falls on all alike)."""
     timings = {}
     for rows, inputs in examples:
-        narrow(*inputs), wide(*inputs)  # the first calls' one-off costs
-        rounds = [(_seconds(narrow, inputs), _seconds(wide, inputs)) for _ in range(ROUNDS)]
-        timings[rows] = tuple(min(times) for times in zip(*rounds))
-    return {"wide_from": wide_from(timings),
-            "ms": {rows: [round(t * 1e3, 4) for t in pair] for rows, pair in timings.items()}}  # fmt: skip
+        for function in functions:  # the first calls' one-off costs
+            function(*inputs)
+        rounds = [[_seconds(function, inputs) for function in functions] for _ in range(ROUNDS)]
+        timings[rows] = [round(min(times) * 1e3, 4) for times in zip(*rounds)]
+    return timings
 
 
 def _seconds(function: Callable, inputs: tuple, budget: float = 0.01) -> float:
@@ -371,41 +379,51 @@ def _jobs(model, tmp: Path) -> list[tuple[str, str, dict, bool]]:
 def _keep_faster_wide(directory: Path, model, timed: Callable | None = None,
                       load: Callable | None = None) -> None:
     """Where a function's wide libraries were built both ways (frozen, on oneDNN's products,
-    and its unfrozen twin on MKL's: `_jobs`), keep the faster and drop the other. Both are
-    timed in turns (`crossover`, or `timed`) at the fewest rows a wide call takes
-    (`wide_products.ROWS`) and at the widest example; the frozen one stays only where it
-    is faster at both, the rule its products were chosen by. The products timed alone need
-    not rank the libraries alike: with AVX2 kernels, oneDNN's products of a base-sized
-    step were the faster timed alone at every width, but its frozen library was the slower
-    from 64 rows on. The decoder step's choice is the search step's too (the same
-    products). The timings go to `PRODUCTS_FILE`, under "libraries"."""
+    and its unfrozen twin on MKL's: `_jobs`), keep the faster and drop the other. The narrow
+    library and the two wide ones are timed in turns (`in_turns`, or `timed`) at every
+    example width, and each wide library is charged what the search would run with it: the
+    narrow library below its crossover with that one (`wide_from`), the wide one from there,
+    each width by how much slower that is than the fastest of the three, as a fraction. The
+    frozen one stays where its charge is the smaller. A wide library serves only the widths
+    its crossover gives it, so a loss where the narrow one serves costs nothing: on an
+    AVX-512 CPU that runs MKL's AVX2 kernels, a small model's frozen library was the slower
+    at 16 rows, which its narrow library served, and the faster at every width the wide one
+    served. And the products timed alone need not rank the libraries alike: with AVX2
+    kernels, oneDNN's products of a base-sized step were the faster timed alone at every
+    width, but its frozen library was the slower from 64 rows on. The decoder step's choice
+    is the search step's too (the same products). The timings go to `PRODUCTS_FILE`, under
+    "libraries": {rows: [narrow, unfrozen, frozen]} milliseconds a call."""
     families = {"step": (("step", "search_step"), _step_examples),
                 "source": (("source",), _source_examples)}  # fmt: skip
     twice = [f for f in families if (directory / f"{f}{TWIN}").exists()]
     if not twice:  # nothing built both ways (an int8 build has no products file either)
         return
-    timed, load = timed or crossover, load or _Loaded
+    timed, load = timed or in_turns, load or _Loaded
     file = directory / PRODUCTS_FILE
     products = json.loads(file.read_text())
     for function in twice:
         names, examples = families[function]
-        ends, last = [], None  # the examples made one at a time; the two ends kept
-        for last in examples(model):
-            if last[0] == wide_products.ROWS[function][0]:
-                ends.append(last)
-        ends.append(last)
+        libraries = [load(directory / f"{function}{kind}") for kind in (".pt2", TWIN, "-wide.pt2")]
         with torch.no_grad():
-            found = timed(load(directory / f"{function}{TWIN}"),
-                          load(directory / f"{function}-wide.pt2"), ends)  # fmt: skip
-        frozen = all(f < u for u, f in found["ms"].values())  # faster at every width timed
+            ms = timed(libraries, examples(model))  # {rows: [narrow, unfrozen, frozen]}
+        frozen = _served_loss(ms, 2) < _served_loss(ms, 1)
         for name in names:
             twin = directory / f"{name}{TWIN}"
             if frozen:
                 os.remove(twin)
             else:
                 os.replace(twin, directory / f"{name}-wide.pt2")
-        products[function].update(frozen=frozen, libraries=found["ms"])  # [unfrozen, frozen]
+        products[function].update(frozen=frozen, libraries=ms)
     file.write_text(json.dumps(products, indent=1) + "\n")
+
+
+def _served_loss(ms: dict[int, list[float]], wide: int) -> float:
+    """How much slower than the fastest library timed the search runs at each width, as a
+    fraction, summed over the widths, with the wide library `ms[rows][wide]` beside the
+    narrow one `ms[rows][0]`, served from their crossover (`wide_from`) on."""
+    start = wide_from({rows: (times[0], times[wide]) for rows, times in ms.items()})
+    return sum(times[wide if start is not None and rows >= start else 0] / max(min(times), 1e-12) - 1
+               for rows, times in ms.items())  # fmt: skip
 
 
 def bucketed(model):

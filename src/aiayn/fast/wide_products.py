@@ -12,7 +12,8 @@ freezes a function's wide libraries where oneDNN's sum is the smaller at both ro
 (oneDNN's fixed cost per call loses at few rows on small weights, and a server's calls are
 mostly few rows), and keeps the timings in the artifact (`compiled_step.PRODUCTS_FILE`).
 This is a first sieve: a frozen library is then timed against an unfrozen build of the
-same function and kept only where it is the faster (`compiled_step._keep_faster_wide`).
+same function, beside the narrow library, and kept only where the search is the faster
+with it (`compiled_step._keep_faster_wide`).
 
 Both are float32 products, accumulated in float32 in different orders, so the two builds
 differ in the last bits, as the narrow and the wide library already do.
