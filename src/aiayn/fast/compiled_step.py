@@ -83,7 +83,7 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 24  # bumped when the functions' signatures or the build's settings change
+FORMAT = 25  # bumped when the functions' signatures or the build's settings change
 # Never frozen (`_compile`), so never over an int8 model's oneDNN products: Inductor's
 # autotuning of those crashed the compiling process (a corrupted heap).
 NARROW_OPTIONS = {

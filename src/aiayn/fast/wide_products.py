@@ -8,12 +8,15 @@ oneDNN picks its own by instruction set alone. So the choice is measured, per mo
 machine, before the build: each function's own weight shapes (`linears`) at the fewest rows
 its wide library is likely to serve and at a typical wide call (`ROWS`), both products, the
 best of `ROUNDS` rounds taken in turns, summed over the products a call makes. The build
-freezes a function's wide libraries where oneDNN's sum is the smaller at both row counts
-(oneDNN's fixed cost per call loses at few rows on small weights, and a server's calls are
-mostly few rows), and keeps the timings in the artifact (`compiled_step.PRODUCTS_FILE`).
-This is a first sieve: a frozen library is then timed against an unfrozen build of the
-same function, beside the narrow library, and kept only where the search is the faster
-with it (`compiled_step._keep_faster_wide`).
+freezes a function's wide libraries where oneDNN's sum is the smaller at the typical wide
+call, and keeps the timings in the artifact (`compiled_step.PRODUCTS_FILE`). This is a
+first sieve: a frozen library is then timed against an unfrozen build of the same
+function, beside the narrow library, and kept only where the search is the faster with it
+(`compiled_step._keep_faster_wide`). So the sieve does not ask oneDNN to win at the fewest
+rows: its fixed cost per call loses there on small weights, but the narrow library may
+serve those rows, and the whole libraries' timing says. (On an AMD Zen 5, whose MKL runs
+AVX2 kernels, a small model's products were MKL's faster at 16 rows and oneDNN's at 64,
+and its frozen library made the search faster.)
 
 Both are float32 products, accumulated in float32 in different orders, so the two builds
 differ in the last bits, as the narrow and the wide library already do.
@@ -55,7 +58,7 @@ def can_pack() -> bool:
 
 
 def measure(model: Transformer, seconds: Callable[[Callable[[], Tensor]], float]) -> dict:
-    """{function: {"frozen": oneDNN's sum is the smaller at each row count, "ms": {rows:
+    """{function: {"frozen": oneDNN's sum is the smaller at the typical wide call, "ms": {rows:
     [MKL, oneDNN]} per call's products}} for each function of `ROWS`; `seconds(product)`
     times one product (the caller's clock). Without oneDNN here (`can_pack`), nothing is
     frozen and nothing timed."""
@@ -63,7 +66,7 @@ def measure(model: Transformer, seconds: Callable[[Callable[[], Tensor]], float]
     for function, row_counts in ROWS.items():
         shapes = Counter((tuple(m.weight.shape), m.bias is not None) for m in linears(model, function))
         sums = {rows: _sums(shapes, rows, seconds) for rows in row_counts} if can_pack() else {}
-        chosen[function] = {"frozen": bool(sums) and all(o < m for m, o in sums.values()),
+        chosen[function] = {"frozen": bool(sums) and sums[row_counts[-1]][1] < sums[row_counts[-1]][0],
                             "ms": {rows: [round(t * 1e3, 4) for t in pair] for rows, pair in sums.items()}}  # fmt: skip
     return chosen
 
