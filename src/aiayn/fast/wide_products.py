@@ -14,9 +14,9 @@ first sieve: a frozen library is then timed against an unfrozen build of the sam
 function, beside the narrow library, and kept only where the search is the faster with it
 (`compiled_step._keep_faster_wide`). So the sieve does not ask oneDNN to win at the fewest
 rows: its fixed cost per call loses there on small weights, but the narrow library may
-serve those rows, and the whole libraries' timing says. (On an AMD Zen 5, whose MKL runs
-AVX2 kernels, a small model's products were MKL's faster at 16 rows and oneDNN's at 64,
-and its frozen library made the search faster.)
+serve those rows, and the whole libraries' timing says. (On an AVX-512 CPU where MKL runs
+its AVX2 kernels, a small model's products were MKL's the faster at 16 rows and oneDNN's
+at 64, and its frozen library made the search faster.)
 
 Both are float32 products, accumulated in float32 in different orders, so the two builds
 differ in the last bits, as the narrow and the wide library already do.
