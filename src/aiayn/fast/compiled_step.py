@@ -281,12 +281,16 @@ def wide_from(timings: dict[int, tuple[float, float]]) -> int | None:
     it starts to win, where a rule asking it to win every wider timing dropped it at every
     width (`tests/fast/test_static_step.py` holds such a case). On a tie the later
     crossover is taken."""
+    return min([None, *sorted(timings, reverse=True)], key=lambda start: _served_loss(timings, start))
 
-    def loss(start: int | None) -> float:  # the wide library from `start` rows on
-        return sum(pair[start is not None and rows >= start] / max(min(pair), 1e-12) - 1
-                   for rows, pair in timings.items())  # fmt: skip
 
-    return min([None, *sorted(timings, reverse=True)], key=loss)
+def _served_loss(timings: dict[int, Sequence[float]], start: int | None, wide: int = 1) -> float:
+    """From {rows: [narrow time, ...]}: how much slower than the fastest library timed the
+    search runs at each width, as a fraction, summed over the widths, where the narrow
+    library (`[0]`) serves below `start` rows and the library `[wide]` from there (None:
+    never)."""
+    return sum(times[wide if start is not None and rows >= start else 0] / max(min(times), 1e-12) - 1
+               for rows, times in timings.items())  # fmt: skip
 
 
 def crossover(narrow: Callable, wide: Callable, examples: Iterable[tuple[int, tuple]]) -> dict:
@@ -406,7 +410,10 @@ def _keep_faster_wide(directory: Path, model, timed: Callable | None = None,
         libraries = [load(directory / f"{function}{kind}") for kind in (".pt2", TWIN, "-wide.pt2")]
         with torch.no_grad():
             ms = timed(libraries, examples(model))  # {rows: [narrow, unfrozen, frozen]}
-        frozen = _served_loss(ms, 2) < _served_loss(ms, 1)
+        loss_unfrozen, loss_frozen = (  # each served from its crossover with the narrow one
+            _served_loss(ms, wide_from({rows: (t[0], t[wide]) for rows, t in ms.items()}), wide)
+            for wide in (1, 2))  # fmt: skip
+        frozen = loss_frozen < loss_unfrozen
         for name in names:
             twin = directory / f"{name}{TWIN}"
             if frozen:
@@ -415,15 +422,6 @@ def _keep_faster_wide(directory: Path, model, timed: Callable | None = None,
                 os.replace(twin, directory / f"{name}-wide.pt2")
         products[function].update(frozen=frozen, libraries=ms)
     file.write_text(json.dumps(products, indent=1) + "\n")
-
-
-def _served_loss(ms: dict[int, list[float]], wide: int) -> float:
-    """How much slower than the fastest library timed the search runs at each width, as a
-    fraction, summed over the widths, with the wide library `ms[rows][wide]` beside the
-    narrow one `ms[rows][0]`, served from their crossover (`wide_from`) on."""
-    start = wide_from({rows: (times[0], times[wide]) for rows, times in ms.items()})
-    return sum(times[wide if start is not None and rows >= start else 0] / max(min(times), 1e-12) - 1
-               for rows, times in ms.items())  # fmt: skip
 
 
 def bucketed(model):
