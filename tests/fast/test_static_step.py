@@ -570,18 +570,19 @@ def test_a_build_with_no_twin_is_left_as_it_is(tmp_path):
 
 def test_a_float32_build_that_freezes_both_functions_builds_each_a_twin(tmp_path, monkeypatch):
     """`_jobs` where the products chose oneDNN for the step and the source: each function's
-    wide library frozen over padded rows and its unfrozen twin over the model's own rows;
-    the narrow source is compiled from the twin's program, exported once. (The programs
-    are stand-ins naming what each would export: `_jobs`' wiring is under test, not export.)"""
+    wide library frozen over padded rows and its unfrozen twin over the model's own rows,
+    both exported at a wide call's sizes (Inductor's hints), the narrow ones at a few rows.
+    (The programs are stand-ins naming what each would export: `_jobs`' wiring is under
+    test, not export.)"""
     model = _model()
     chosen = {f: {"frozen": True, "ms": {}} for f in ("step", "source")}
     monkeypatch.setattr(compiled_module, "_products_file", lambda *args: chosen)
 
     def stand_in(name):
-        def program(of, transposed=False):
+        def program(of, transposed=False, sizes=compiled_module.NARROW):
             padded = any(isinstance(m, BucketedLinear) for m in of.modules())
             assert padded or of is model  # the padded copy, or the model itself
-            return (name, "padded" if padded else "own", transposed)
+            return (name, "padded" if padded else "own", transposed, sizes)
         return program
 
     for name in ("step", "source", "search_step"):
@@ -591,13 +592,14 @@ def test_a_float32_build_that_freezes_both_functions_builds_each_a_twin(tmp_path
         Path(file).name, []).append(program))  # fmt: skip
     jobs = {Path(package).name: (exported[Path(program).name], frozen)
             for program, package, _, frozen in compiled_module._jobs(model, tmp_path)}  # fmt: skip
+    wide, narrow = compiled_module.WIDE, compiled_module.NARROW
     for name in ("step", "search_step", "source"):
-        assert jobs[f"{name}-wide.pt2"] == ([(name, "padded", False)], True)
-        assert jobs[f"{name}{compiled_module.TWIN}"] == ([(name, "own", False)], False)
-    assert jobs["source.pt2"] == ([("source", "own", False)], False)  # the twin's program
+        assert jobs[f"{name}-wide.pt2"] == ([(name, "padded", False, wide)], True)
+        assert jobs[f"{name}{compiled_module.TWIN}"] == ([(name, "own", False, wide)], False)
+    assert jobs["source.pt2"] == ([("source", "own", False, narrow)], False)
     for name in ("step", "search_step"):  # the narrow decoder reads its weights as (in, out)
-        assert jobs[f"{name}.pt2"] == ([(name, "own", True)], False)
-    assert len(exported) == 8 and all(len(each) == 1 for each in exported.values())
+        assert jobs[f"{name}.pt2"] == ([(name, "own", True, narrow)], False)
+    assert len(exported) == 9 and all(len(each) == 1 for each in exported.values())
 
 
 def test_the_libraries_compile_side_by_side_on_the_cpus_this_process_may_use(monkeypatch):
@@ -631,6 +633,32 @@ def test_the_exported_steps_write_attention_out_and_compute_what_the_eager_step_
     with torch.no_grad():
         expected = DecoderStep.from_model(model)(*inputs)
         got = program.module()(*inputs)
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
+
+
+def test_each_program_is_exported_at_its_librarys_sizes_and_computes_the_same_at_any():
+    """The example sizes are Inductor's hints (`compiled_step.Sizes`): the wide libraries'
+    programs carry a wide call's (rows, sentences, source tokens), the narrow ones' a few
+    rows; the dimensions stay dynamic, so a program exported wide gives the eager step's
+    log-probabilities and keys on a narrow call."""
+    model = _model()
+
+    def hints(program) -> list[int]:
+        first = next(n for n in program.graph.nodes if n.op == "placeholder"
+                     and n.name in program.graph_signature.user_inputs)  # fmt: skip
+        return [int(d.node.hint) for d in first.meta["val"].shape]
+
+    for sizes in (compiled_module.NARROW, compiled_module.WIDE):
+        rows = sizes.sentences * sizes.beam
+        assert hints(compiled_module._step_program(model, sizes=sizes)) == [rows]
+        assert hints(compiled_module._search_step_program(model, sizes=sizes)) == [sizes.sentences, sizes.beam]
+        assert hints(compiled_module._source_program(model, sizes=sizes)) == [sizes.sentences, sizes.src_len]
+    assert compiled_module.WIDE.sentences * compiled_module.WIDE.beam >= 256
+    inputs = _random_step_inputs(model, seed=1)  # 6 rows
+    with torch.no_grad():
+        expected = DecoderStep.from_model(model)(*inputs)
+        got = compiled_module._step_program(model, sizes=compiled_module.WIDE).module()(*inputs)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, atol=1e-5, rtol=1e-5)
 

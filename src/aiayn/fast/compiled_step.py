@@ -22,7 +22,9 @@ The right product for each width. Each function is built twice: a *narrow* libra
 which Inductor times its candidate kernels (`max_autotune`) at the export example's few
 rows and keeps the faster, and whose decoder holds each weight as (in, out)
 (`DecoderStep`'s `transposed`: MKL multiplies a few rows by it without repacking the
-weight), and a *wide* one with its default choices and the model's (out, in) weights.
+weight), and a *wide* one with its default choices and the model's (out, in) weights,
+each exported at the sizes of the calls it serves (`Sizes`: Inductor's hints, by which
+it runs a loop in parallel or not).
 A choice timed at a few rows is kept for every row count, and what wins one sentence at a
 time can lose wide batches; so both libraries are timed on inputs of growing width (`crossover`), and a call
 takes the wide one from the measured row count on (`ByRows`). The timing is done where the
@@ -83,7 +85,7 @@ from aiayn.fast.search_step import SearchStep
 from aiayn.fast.static_search import Compiled
 from aiayn.fast.static_step import DecoderStep, SourceKeys, supports
 
-FORMAT = 25  # bumped when the functions' signatures or the build's settings change
+FORMAT = 26  # bumped when the functions' signatures or the build's settings change
 # Never frozen (`_compile`), so never over an int8 model's oneDNN products: Inductor's
 # autotuning of those crashed the compiling process (a corrupted heap).
 NARROW_OPTIONS = {
@@ -104,6 +106,29 @@ STEP_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 SOURCE_SENTENCES = (1, 2, 4, 8, 16, 32)
 SOURCE_LEN = EARLIER = 16  # a typical sentence's tokens, and decoded positions
 ROUNDS = 5  # timing rounds per width
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    """The example a function is exported with. Its sizes are also Inductor's hints for the
+    dynamic dimensions: a loop is run in parallel only where its hinted trip count gives
+    every thread enough work (`cpp.min_chunk_size`), else serially, whatever the call. So a
+    narrow library is exported at a few rows, where serial loops are right, and a wide one
+    at a typical wide call: exported at 6 rows, a small model's wide search step ran its
+    attention and log-softmax loops on one thread at 400 rows. No size is 0 or 1, which the
+    exporter would take for a constant."""
+
+    sentences: int
+    beam: int  # the decoder step's rows are sentences x beam
+    earlier: int  # decoded positions
+    src_len: int
+    nbest: int
+    width: int  # the longest output
+
+
+NARROW = Sizes(sentences=2, beam=3, earlier=4, src_len=5, nbest=2, width=7)
+# 64 sentences of beam 4 (256 rows, the middle of the wide libraries' usual calls)
+WIDE = Sizes(sentences=64, beam=4, earlier=EARLIER, src_len=SOURCE_LEN, nbest=2, width=31)
 
 
 def load_compiled(model, build: bool = False, cache: Path | None = None) -> Compiled | None:
@@ -363,19 +388,18 @@ def _jobs(model, tmp: Path) -> list[tuple[str, str, dict, bool]]:
         # float32 products of oneDNN's over rows padded to a bounded set of counts
         wide = padded if wide_frozen and not int8 else model
         program = f"{tmp}/{name}-program.pt2"
-        torch.export.save(programs[name](wide), program)
+        torch.export.save(programs[name](wide, sizes=WIDE), program)
         jobs.append((program, f"{tmp}/{name}-wide.pt2", WIDE_OPTIONS, wide_frozen))
         if wide is padded:  # and its twin on MKL's products, kept if faster (`_keep_faster_wide`)
             program = f"{tmp}/{name}-unfrozen-program.pt2"
-            torch.export.save(programs[name](model), program)
+            torch.export.save(programs[name](model, sizes=WIDE), program)
             jobs.append((program, f"{tmp}/{name}{TWIN}", WIDE_OPTIONS, False))
         if name == "source" and int8:  # oneDNN's int8 encoder won at every width timed
             continue
-        # the narrow library's decoder reads its weights as (in, out); its source is the
-        # model's own program exported above (the wide library's, or its twin's)
-        if name != "source":
-            program = f"{tmp}/{name}-narrow-program.pt2"
-            torch.export.save(programs[name](model, transposed=True), program)
+        # exported at a few rows; the narrow decoder reads its weights as (in, out)
+        program = f"{tmp}/{name}-narrow-program.pt2"
+        turned = {} if name == "source" else {"transposed": True}
+        torch.export.save(programs[name](model, sizes=NARROW, **turned), program)
         jobs.append((program, f"{tmp}/{name}.pt2", NARROW_OPTIONS, False))
     return jobs
 
@@ -536,21 +560,22 @@ def _step_inputs(model, rows: int, sentences: int, earlier: int, src_len: int) -
     )  # fmt: skip
 
 
-def _source_program(model) -> torch.export.ExportedProgram:
-    """`SourceKeys(model)` exported over (sentences, src_len) sources."""
-    src = torch.full((2, 3), model.config.eos_id, dtype=torch.long)
+def _source_program(model, sizes: Sizes = NARROW) -> torch.export.ExportedProgram:
+    """`SourceKeys(model)` exported over (sentences, src_len) sources, at `sizes`."""
+    src_len = min(sizes.src_len, model.config.max_len)
+    src = torch.full((sizes.sentences, src_len), model.config.eos_id, dtype=torch.long)
     dims = torch.export.Dim
     dynamic = ({0: dims("sentences", min=1), 1: dims("src_len", min=2, max=model.config.max_len)},)
     with torch.no_grad():
         return torch.export.export(SourceKeys(model).eval(), (src,), dynamic_shapes=dynamic)
 
 
-def _step_program(model, transposed: bool = False) -> torch.export.ExportedProgram:
-    """`DecoderStep(model, transposed)` exported with dynamic rows, sentences and lengths."""
+def _step_program(model, transposed: bool = False, sizes: Sizes = NARROW) -> torch.export.ExportedProgram:
+    """`DecoderStep(model, transposed)` exported with dynamic rows, sentences and lengths,
+    at `sizes`."""
     step, c, dims = DecoderStep(model, transposed).eval(), model.config, torch.export.Dim
-    # An example of 2 sentences x 2 rows, lengths 3 and 5: no dimension of size 0 or 1,
-    # which the exporter would take for a constant.
-    example = _step_inputs(model, rows=4, sentences=2, earlier=3, src_len=5)
+    example = _step_inputs(model, sizes.sentences * sizes.beam, sizes.sentences, sizes.earlier,
+                           min(sizes.src_len, c.max_len))  # fmt: skip
     r, s = dims("rows", min=1), dims("sentences", min=1)
     t, n = dims("earlier", min=0), dims("src_len", min=2, max=c.max_len)
     dynamic = ({0: r}, None, {0: t, 2: r}, {0: t, 2: r}, {1: s, 3: n}, {1: s, 3: n}, {0: s, 3: n})
@@ -558,13 +583,13 @@ def _step_program(model, transposed: bool = False) -> torch.export.ExportedProgr
         return written_out_attention(torch.export.export(step, example, dynamic_shapes=dynamic))
 
 
-def _search_step_program(model, transposed: bool = False) -> torch.export.ExportedProgram:
+def _search_step_program(model, transposed: bool = False, sizes: Sizes = NARROW) -> torch.export.ExportedProgram:
     """`SearchStep(model, transposed)` exported with dynamic sentences, beam (2 to `widest_beam`),
-    decoded positions, source length, n-best and output length."""
+    decoded positions, source length, n-best and output length, at `sizes`."""
     c, dims = model.config, torch.export.Dim
-    # 2 sentences of beam 3 after 4 positions, sources of 5 tokens, 2-best, outputs of 7
-    # tokens at most: no dimension of size 0 or 1 (see `_step_program`).
-    sentences, beam, earlier, src_len, nbest, width = 2, 3, 4, 5, 2, 7
+    sentences, beam, earlier, nbest, width = (sizes.sentences, sizes.beam, sizes.earlier,
+                                              sizes.nbest, sizes.width)  # fmt: skip
+    src_len = min(sizes.src_len, c.max_len)
     step = _step_inputs(model, sentences * beam, sentences, earlier, src_len)
     self_k, self_v = (x.view(earlier, x.size(1), sentences, beam, *x.shape[3:]) for x in step[2:4])
     example = (
