@@ -277,11 +277,11 @@ def test_the_traced_form_computes_the_packed_product(seven, cap, monkeypatch):
     linear = nn.Linear(48, 24)
     int8 = Int8Linear.pack(linear.weight, linear.bias, seven)
     x = torch.randn(2, 5, 48)  # (batch, tokens, in): one input scale over all of it
-    # 8 bits only where oneDNN (a compiled step's products) adds in 32 bits
-    assert int8.input_max == (255 if not seven and onednn_sums_exact() else 127)
-    reduce_range = int8.input_max == 127
-    packed = torch.ops.quantized.linear_dynamic(x, int8.packed, reduce_range=reduce_range)
-    torch.testing.assert_close(int8.graph_form(x), packed, atol=1e-5, rtol=0)
+    assert int8.input_max == (127 if seven else 255)  # the eager products' levels
+    assert int8.sums_exact_in_onednn == (seven or onednn_sums_exact())
+    packed = torch.ops.quantized.linear_dynamic(x, int8.packed, reduce_range=seven)
+    if seven or not seven_bits_more_exact():  # the engine's sums exact for these bits
+        torch.testing.assert_close(int8.graph_form(x), packed, atol=1e-5, rtol=0)
     assert int8.weight_int8.dtype == torch.int8
     weight, _ = torch.ops.quantized.linear_unpack(int8.packed)
     assert torch.equal(int8.weight_int8, weight.int_repr())

@@ -29,7 +29,8 @@ from aiayn.fast.compiled_step import (
     PRODUCTS_FILE, SOURCE_SENTENCES, STEP_ROWS, ByRows, artifact_path, can_compile, crossover,
     load_compiled, rows_file, wide_from,
 )
-from aiayn.fast.int8 import onednn_sums_exact, quantize_int8
+from aiayn.fast import int8 as int8_module
+from aiayn.fast.int8 import quantize_int8
 from aiayn.fast.search import TOPK_CHUNK, FastSearch, block_topk
 from aiayn.fast import static_beam, wide_products
 from aiayn.fast.search_step import SearchStep
@@ -205,8 +206,8 @@ def test_an_int8_models_compiled_search_multiplies_in_int8_and_finds_the_eager_o
     (`linear_dynamic`'s products) for every beam config, through either library. Only where
     oneDNN's int8 sums are exact: elsewhere int8 models keep the eager search
     (`can_compile`, tested above)."""
-    if not onednn_sums_exact():
-        pytest.skip("oneDNN's int8 sums are 16-bit here (AVX2): int8 models are not compiled")
+    if not can_compile(quantize_int8(_model(vocab_size=40))):
+        pytest.skip("8-bit inputs where oneDNN is capped below VNNI: int8 models are not compiled")
     monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(ByRows, "keep_used", lambda self: None)  # both libraries, to route to below
     model, search = fast.for_inference(_model(vocab_size=40), int8=True, compile="always")
@@ -264,15 +265,16 @@ def test_models_the_step_does_not_compute_keep_the_other_searches(monkeypatch):
     assert not supports(_model(attention_window=2))
     with pytest.raises(ValueError, match="window"):
         DecoderStep(_model(attention_window=2))
-    int8 = quantize_int8(fast.apply(_model()))
-    monkeypatch.setattr(compiled_module, "onednn_sums_exact", lambda: True)
-    assert supports(int8) and can_compile(int8)  # int8 products compile where sums are exact
-    assert can_compile(_model())
-    monkeypatch.setattr(compiled_module, "onednn_sums_exact", lambda: False)
-    assert not can_compile(int8)  # eager fbgemm products round otherwise: the eager search
-    assert can_compile(_model())  # float32 products are not concerned
+    for eight_bits_exact in (True, False):  # oneDNN's sums 32-bit (VNNI, AMX), or 16-bit
+        monkeypatch.setattr(int8_module, "onednn_sums_exact", lambda exact=eight_bits_exact: exact)
+        for seven in (True, False):  # the inputs' bits, as `seven_bits_more_exact` measured
+            monkeypatch.setattr(int8_module, "seven_bits_more_exact", lambda seven=seven: seven)
+            int8 = quantize_int8(fast.apply(_model()))
+            # 7-bit inputs' sums are exact on every CPU; 8-bit ones only with 32-bit sums
+            assert supports(int8) and can_compile(int8) == (seven or eight_bits_exact)
+            assert can_compile(_model())  # float32 products are not concerned
     int8_search = fast.for_inference(_model(), int8=True, compile="always").search
-    assert isinstance(int8_search, FastSearch)
+    assert isinstance(int8_search, FastSearch)  # 8-bit inputs, 16-bit sums: the eager search
     assert not can_compile(_model().double())  # float32 only
     for model, kind in ((_model(attention_window=2), FastSearch), (_model(), FastSearch)):
         search = fast.for_inference(model, compile="never").search
@@ -717,9 +719,9 @@ def test_an_int8_models_narrow_step_computes_its_int8_arithmetic_in_float32():
     step's log-probabilities and keys (oneDNN's or fbgemm's int8 products) to float32's
     rounding of the scaling: whole-number sums are exact in float32. Only where int8 models
     compile (`can_compile`): elsewhere the eager products are fbgemm's, which round otherwise."""
-    if not onednn_sums_exact():
-        pytest.skip("oneDNN's int8 sums are 16-bit here (AVX2): int8 models are not compiled")
     model = quantize_int8(_model())
+    if not can_compile(model):
+        pytest.skip("8-bit inputs where oneDNN is capped below VNNI: int8 models are not compiled")
     turned = compiled_module._step_program(model, transposed=True)
     linears = [model.get_submodule(path) for path in _step_linears(model)]
     buffers, values = turned.graph_signature.inputs_to_buffers, dict(turned.named_buffers())

@@ -78,7 +78,7 @@ from torch._decomp import get_decompositions
 
 from aiayn.data.vocab import cpu_threads
 from aiayn.fast import wide_products
-from aiayn.fast.int8 import Int8Linear, onednn_sums_exact
+from aiayn.fast.int8 import Int8Linear
 from aiayn.fast.linear import BucketedLinear, cache_dir, machine_digest
 from aiayn.fast.static_beam import widest_beam
 from aiayn.fast.search_step import SearchStep
@@ -161,11 +161,14 @@ def can_compile(model) -> bool:
     """Whether this step compiles here: a model `DecoderStep` supports, float32 on the CPU
     (AOTInductor's C++ backend), its products in float32 or int8, in eval mode.
 
-    Int8 models compile only where oneDNN's int8 sums are exact (`onednn_sums_exact`):
-    there the eager products are oneDNN's too, and the compiled step finds their
-    hypotheses. Elsewhere (AVX2) the eager products are fbgemm's, which round otherwise
-    than the compiled step's oneDNN ones, so the eager search keeps int8 models."""
-    if not supports(model) or (is_int8(model) and not onednn_sums_exact()):
+    Int8 models compile where oneDNN adds their products exactly
+    (`Int8Linear.sums_exact_in_onednn`): 7-bit inputs on every CPU, 8-bit ones where its
+    sums are 32-bit. Then the compiled step's whole-number sums are the eager products'
+    (fbgemm's or oneDNN's), and it finds their hypotheses. Not so for 8-bit inputs where
+    oneDNN is capped below VNNI but fbgemm, which ignores that cap, is not: the eager
+    search keeps those."""
+    int8 = [m for m in model.modules() if isinstance(m, Int8Linear)]
+    if not supports(model) or not all(m.sums_exact_in_onednn for m in int8):
         return False
     weight = model.tgt_embed.weight  # float in every model, int8 ones too
     return weight.device.type == "cpu" and weight.dtype == torch.float32 and not model.training

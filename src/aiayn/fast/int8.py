@@ -72,9 +72,9 @@ class Int8Linear(nn.Module):
     the input quantized per tensor to `input_max` + 1 levels, and the int8 weights with their
     row scales, dequantized, then a float product (`graph_form`). Inductor's freezing
     pass turns exactly this pattern into oneDNN's int8 product with the weights packed once,
-    so the compiled step multiplies in int8 as this module does eagerly. Its inputs keep 8
-    bits only where oneDNN's sums are exact (`onednn_sums_exact`), whatever engine this
-    module's eager products run on. Its rows are padded to `linear.bucket_rows` sizes, as
+    so the compiled step multiplies in int8 as this module does eagerly: the same levels,
+    the same whole-number sums, where oneDNN adds them exactly (`sums_exact_in_onednn`).
+    Its rows are padded to `linear.bucket_rows` sizes, as
     the eager float32 oneDNN products' are: oneDNN keeps a kernel per row count, and a
     server whose compiled step met every count kept growing.
     """
@@ -85,9 +85,8 @@ class Int8Linear(nn.Module):
         # that `torch.export`, which cannot trace this packed object, does not look at it.
         self._packed = (packed,)
         self.reduce_range = reduce_range
-        # The traced form's input levels, 0 .. input_max: 8 bits only where oneDNN (whose
-        # products a compiled step calls) adds in 32 bits (`onednn_sums_exact`).
-        self.input_max = 255 if not reduce_range and onednn_sums_exact() else 127
+        # The input's levels, 0 .. input_max, in the eager products and the traced form alike.
+        self.input_max = 127 if reduce_range else 255
         weight, bias = torch.ops.quantized.linear_unpack(packed)  # the packed values, unpacked
         self.register_buffer("weight_int8", weight.int_repr())  # (out, in) int8
         self.register_buffer("weight_scale", weight.q_per_channel_scales().float())  # (out,)
@@ -118,6 +117,15 @@ class Int8Linear(nn.Module):
         if torch.compiler.is_compiling():
             return self.graph_form(x)
         return torch.ops.quantized.linear_dynamic(x, self.packed, reduce_range=self.reduce_range)
+
+    @property
+    def sums_exact_in_onednn(self) -> bool:
+        """Whether oneDNN's int8 products (a compiled step's) add this module's u8 x s8
+        products exactly: always for 7-bit inputs, whose pairs (at most 2 x 127 x 128)
+        fit the 16-bit sums of kernels without VNNI (AVX2); for 8-bit ones only with
+        32-bit sums (`onednn_sums_exact`). Exact sums of the same levels are the same
+        numbers in every engine: the compiled step then finds the eager hypotheses."""
+        return self.input_max == 127 or onednn_sums_exact()
 
     @property
     def packed(self):
