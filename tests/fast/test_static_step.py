@@ -204,8 +204,8 @@ def test_an_int8_models_compiled_search_multiplies_in_int8_and_finds_the_eager_o
     (`DecoderStep._linear`), and its source is wide only; the crossover is timed for the
     step alone; and the compiled search finds the eager int8 `SearchStep`'s hypotheses
     (`linear_dynamic`'s products) for every beam config, through either library. Only where
-    oneDNN's int8 sums are exact: elsewhere int8 models keep the eager search
-    (`can_compile`, tested above)."""
+    oneDNN adds the model's int8 products exactly (7-bit inputs, or 32-bit sums): elsewhere
+    int8 models keep the eager search (`can_compile`, tested below)."""
     if not can_compile(quantize_int8(_model(vocab_size=40))):
         pytest.skip("8-bit inputs where oneDNN is capped below VNNI: int8 models are not compiled")
     monkeypatch.setenv("AIAYN_CACHE_DIR", str(tmp_path))
@@ -718,7 +718,7 @@ def test_an_int8_models_narrow_step_computes_its_int8_arithmetic_in_float32():
     an (in, out) buffer of the weights' int8 values, and the step gives the eager int8
     step's log-probabilities and keys (oneDNN's or fbgemm's int8 products) to float32's
     rounding of the scaling: whole-number sums are exact in float32. Only where int8 models
-    compile (`can_compile`): elsewhere the eager products are fbgemm's, which round otherwise."""
+    compile (`can_compile`): not for 8-bit inputs where oneDNN's sums are 16-bit."""
     model = quantize_int8(_model())
     if not can_compile(model):
         pytest.skip("8-bit inputs where oneDNN is capped below VNNI: int8 models are not compiled")
