@@ -102,7 +102,7 @@ def serving(config: ServeConfig, ready: bool = True) -> Iterator[Served]:
     """The app of `config` served by uvicorn in a thread on a free loopback port."""
     import uvicorn
 
-    from aiayn.serve.app import create_app, listening_socket
+    from aiayn.serve.app import create_app, listening_socket, server_config
 
     if config.threads is None:  # the model's process decodes with the test's threads
         config = dataclasses.replace(config, threads=torch.get_num_threads())
@@ -110,7 +110,7 @@ def serving(config: ServeConfig, ready: bool = True) -> Iterator[Served]:
         config = dataclasses.replace(config, compile="never")
     service = Service(config)
     sock = listening_socket("127.0.0.1", 0)
-    server = uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning"))
+    server = uvicorn.Server(server_config(create_app(service)))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"

@@ -450,6 +450,24 @@ def test_html_keeps_its_tag_tree_and_translates_every_text_node(server, ckpt):
     assert text_words(page["text"]) == " ".join(translated).split()  # no source word left
 
 
+def test_the_server_parses_http_with_httptools_on_uvloops_loop():
+    """`aiayn serve`'s uvicorn settings take the serve extra's C parser and libuv loop, not
+    h11's and asyncio's Python ones: a short request's server-side Python is what the
+    server's CPU time goes to with a small model (serve_load.py)."""
+    from fastapi import FastAPI
+
+    from aiayn.serve.app import server_config
+
+    config = server_config(FastAPI())
+    config.load()
+    assert config.http_protocol_class.__name__ == "HttpToolsProtocol"
+    loop = config.get_loop_factory()()
+    try:
+        assert type(loop).__module__.split(".")[0] == "uvloop"
+    finally:
+        loop.close()
+
+
 def test_connections_send_without_waiting_for_acknowledgements():
     """The server's connections have TCP_NODELAY (inherited from its listening socket): a
     reply in two writes does not wait on a kept-alive client's delayed ACK (measured: 76 ms

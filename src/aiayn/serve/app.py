@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import socket
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
@@ -29,6 +30,9 @@ from aiayn.serve.keys import Access, read_api_keys
 from aiayn.serve.libre import is_libre_path, libre_router
 from aiayn.serve.service import ApiError, ServeConfig, Service
 from aiayn.web import page
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 def _error(request: Request, status: int, message: str, headers: dict | None = None
@@ -141,6 +145,17 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def server_config(app: FastAPI) -> uvicorn.Config:
+    """uvicorn's settings for `app`: quiet, and on its fast protocol and loop, which the
+    `serve` extra installs: httptools' C parser of HTTP and uvloop's event loop (libuv) in
+    place of h11's parser (pure Python) and asyncio's selector loop (uvicorn's
+    "auto" picks them where they are installed; on Windows, which uvloop lacks, asyncio's)."""
+    import uvicorn
+
+    return uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=5,
+                          http="auto", loop="auto")  # fmt: skip
+
+
 def serve(config: ServeConfig, announce=print) -> None:
     """Run the service until interrupted; `announce` gets the address line once listening.
     A model that cannot be loaded stops the server and raises CheckpointError."""
@@ -150,10 +165,7 @@ def serve(config: ServeConfig, announce=print) -> None:
     app = create_app(service)  # a bad --api-keys file fails here, before the port is taken
     sock = listening_socket(config.host, config.port)
     host, port = sock.getsockname()[:2]
-    server = uvicorn.Server(uvicorn.Config(
-        app, log_level="warning", access_log=False,
-        timeout_graceful_shutdown=5,
-    ))  # fmt: skip
+    server = uvicorn.Server(server_config(app))
     for batcher in service.batchers:
         batcher.on_error = lambda message: setattr(server, "should_exit", True)
     shown = f"[{host}]" if ":" in host else host
