@@ -23,8 +23,8 @@ def test_an_int8_models_compiled_search_multiplies_in_int8_and_finds_the_eager_o
     """`for_inference(int8=True)` builds the int8 model's step (in processes of their own,
     `compiled_step._build`): its wide libraries, frozen, call oneDNN's int8 products with no
     float product left; its narrow step and search step (not frozen) multiply in float32
-    (`DecoderStep._linear`), and its source is wide only; the crossover is timed for the
-    step alone; and the compiled search finds the eager int8 `SearchStep`'s hypotheses
+    (`DecoderStep._linear`), and its source is wide only; the crossovers are timed for the
+    step and the search step; and the compiled search finds the eager int8 `SearchStep`'s hypotheses
     (`linear_dynamic`'s products) for every beam config, through either library. Only where
     oneDNN adds the model's int8 products exactly (7-bit inputs, or 32-bit sums): elsewhere
     int8 models keep the eager search (`can_compile`, tested in `test_static_step.py`)."""
@@ -36,7 +36,7 @@ def test_an_int8_models_compiled_search_multiplies_in_int8_and_finds_the_eager_o
     assert isinstance(search, StepSearch) and search.kind == "compiled decoder step"
     path = artifact_path(model)
     assert isinstance(search.search_step, ByRows) and not isinstance(search.source, ByRows)
-    assert list(json.loads(rows_file(path).read_text())) == ["step"]
+    assert list(json.loads(rows_file(path).read_text())) == ["step", "search_step"]
     assert not (path / "source.pt2").exists()
 
     for name in ("step", "source", "search_step"):

@@ -323,6 +323,37 @@ def test_the_step_is_timed_at_the_rows_of_a_batched_translation(monkeypatch):
     assert crossover(narrow, wide, examples)["wide_from"] == 256
 
 
+def test_the_search_step_is_timed_on_its_own_calls_and_an_older_rows_file_again(tmp_path, monkeypatch):
+    """The search step's two libraries get a crossover of their own, timed on search-step
+    calls of sentences of beam 4 (inputs the eager `SearchStep` runs), not the step's: here
+    its wide library wins from the fewest rows while the step's never does. A rows file
+    measured before the search step was timed apart (no "search_step") is measured again; a
+    complete one is read as it is."""
+    model = _model()
+    monkeypatch.setattr(compiled_module, "_seconds", lambda function, inputs: function(*inputs))
+    eager = SearchStep(model)
+
+    def costing(ms: float):  # a library that runs the call, and "takes" ms
+        def run(*inputs):
+            eager(*inputs)
+            return ms / 1e3
+        return run
+
+    step = ByRows(lambda *x: 1e-3, lambda *x: 2e-3, None, compiled_module._step_rows)
+    search_step = ByRows(costing(2.0), costing(1.0), None, compiled_module._search_step_rows)
+    measure = lambda: compiled_module._crossovers(tmp_path, model, step, search_step, lambda src: src)  # noqa: E731
+    found = measure()
+    assert found["step"]["wide_from"] is None and found["search_step"]["wide_from"] == 4
+    assert [int(rows) for rows in found["search_step"]["ms"]] == [r for r in STEP_ROWS if r >= 4]
+    assert set(found["search_step"]["ms"][4]) == {1.0, 2.0}
+    file = rows_file(tmp_path)
+    assert json.loads(file.read_text()) == json.loads(json.dumps(found))
+    file.write_text(json.dumps({"step": found["step"]}))  # as an older aiayn wrote it
+    assert "search_step" in measure() and "search_step" in json.loads(file.read_text())
+    monkeypatch.setattr(compiled_module, "crossover", lambda *args: pytest.fail("timed again"))
+    assert measure() == json.loads(file.read_text())
+
+
 def test_without_a_cached_step_nothing_is_built_unless_asked(tmp_path, monkeypatch):
     def refuse(model, path):
         raise AssertionError("built")
@@ -401,12 +432,12 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
         products = _products(artifact_path(model) / f"{name}-wide.pt2")
         assert products and all(p.startswith("_linear_pointwise") == frozen for p in products), products
     rows = json.loads(rows_here.read_text())
-    for name, timed_at in (("step", STEP_ROWS), ("source", widths)):
+    search_rows = [r for r in STEP_ROWS if r >= 4]  # sentences of beam 4
+    for name, timed_at in (("step", STEP_ROWS), ("search_step", search_rows), ("source", widths)):
         assert [int(w) for w in rows[name]["ms"]] == list(timed_at)  # both timed at each width
         assert all(t > 0 for pair in rows[name]["ms"].values() for t in pair)
         assert getattr(search, name).wide_from == rows[name]["wide_from"]
     assert isinstance(search.search_step, ByRows)  # the compiled one, narrow and wide
-    assert search.search_step.wide_from == search.step.wide_from
     assert [p.name for p in artifact_path(model).parent.iterdir()] == [artifact_path(model).name]
     config = DecodeConfig(beam=4, nbest=2, max_len_offset=6)
     _same(search(SOURCES, config), core_search(core, SOURCES, config))
@@ -436,10 +467,11 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
     torch.set_num_threads(threads + 1)  # another thread count: timed once, and kept
     try:
         other = fast.for_inference(copy.deepcopy(core)).search
-        assert len(measured) == 2 and other.step.wide_from == other.source.wide_from == 8
+        assert len(measured) == 3  # the step, the search step and the source
+        assert other.step.wide_from == other.search_step.wide_from == other.source.wide_from == 8
         assert rows_file(artifact_path(model)).exists() and rows_here.exists()
         fast.for_inference(copy.deepcopy(core))
-        assert len(measured) == 2
+        assert len(measured) == 3
         # where the wide libraries serve from one row on, the narrow ones are let go
         monkeypatch.setattr(ByRows, "keep_used", keep_used)
         monkeypatch.setattr(compiled_module, "crossover", lambda *args: {"wide_from": 1, "ms": {}})

@@ -26,7 +26,8 @@ weight), and a *wide* one with its default choices and the model's (out, in) wei
 each exported at the sizes of the calls it serves (`Sizes`: Inductor's hints, by which
 it runs a loop in parallel or not).
 A choice timed at a few rows is kept for every row count, and what wins one sentence at a
-time can lose wide batches; so both libraries are timed on inputs of growing width (`crossover`), and a call
+time can lose wide batches; so both libraries are timed on inputs of growing width (`crossover`), each
+function on calls of its own (the step, the search step, the source), and a call
 takes the wide one from the measured row count on (`ByRows`). The timing is done where the
 artifact is first loaded with a thread count (the crossover moves with it) and kept beside
 the libraries (`rows_file`: the counts and the timings); a library that no row count then
@@ -200,8 +201,9 @@ def _load(path: Path, model) -> Compiled:
     source = library("source-wide")  # an int8 model's only source library
     if not is_int8(model):
         source = ByRows(library("source"), source, None, _source_rows)
-    found = _crossovers(path, model, step, source)
-    step.wide_from = search_step.wide_from = found["step"]["wide_from"]  # the same products
+    found = _crossovers(path, model, step, search_step, source)
+    step.wide_from = found["step"]["wide_from"]
+    search_step.wide_from = found["search_step"]["wide_from"]
     if isinstance(source, ByRows):
         source.wide_from = found["source"]["wide_from"]
         source.keep_used()
@@ -217,17 +219,25 @@ def rows_file(path: Path) -> Path:
     return path / f"rows-{torch.get_num_threads()}-threads.json"
 
 
-def _crossovers(path: Path, model, step: ByRows, source: Callable) -> dict:
+def _crossovers(path: Path, model, step: ByRows, search_step: ByRows, source: Callable) -> dict:
     """The narrow and wide libraries' crossovers (`crossover`) at this thread count, the
-    step's and (where it has two libraries) the source's: read from `rows_file`, else
-    measured now (a second or two, once) and stored there."""
+    step's, the search step's and (where it has two libraries) the source's: read from
+    `rows_file`, else measured now (seconds, once) and stored there. The search step is
+    timed on its own calls, not given the step's crossover: the two hold the same products,
+    yet a base-sized model's narrow search step took twice the wide one's time a call at
+    one sentence of beam 4 where its narrow step did not, so a search of one sentence ran
+    at half speed."""
     file = rows_file(path)
     try:
-        return json.loads(file.read_text())
+        found = json.loads(file.read_text())
+        if "search_step" in found:  # else measured before the search step was timed apart
+            return found
     except (OSError, ValueError):  # not measured at this thread count yet, or damaged
         pass
     with torch.no_grad():
-        found = {"step": crossover(step.narrow, step.wide, _step_examples(model))}
+        found = {"step": crossover(step.narrow, step.wide, _step_examples(model)),
+                 "search_step": crossover(search_step.narrow, search_step.wide,
+                                          _search_step_examples(model))}  # fmt: skip
         if isinstance(source, ByRows):
             found["source"] = crossover(source.narrow, source.wide, _source_examples(model))
     tmp = file.with_name(f".{file.name}.{os.getpid()}")
@@ -538,6 +548,15 @@ def _step_examples(model) -> Iterator[tuple[int, tuple]]:
         yield rows, _step_inputs(model, rows, max(1, rows // 4), EARLIER, src_len)
 
 
+def _search_step_examples(model) -> Iterator[tuple[int, tuple]]:
+    """The search step's inputs at each of `STEP_ROWS` from 4 rows (sentences of beam 4; its
+    beam is at least 2), made one width at a time."""
+    for rows in (r for r in STEP_ROWS if r >= 4):
+        sizes = Sizes(sentences=rows // 4, beam=4, earlier=EARLIER, src_len=SOURCE_LEN, nbest=1,
+                      width=2 * EARLIER - 1)  # fmt: skip
+        yield rows, _search_step_inputs(model, sizes)
+
+
 def _source_examples(model) -> Iterator[tuple[int, tuple]]:
     """The source keys' inputs at each of `SOURCE_SENTENCES` sentences of `SOURCE_LEN` tokens,
     made one width at a time."""
@@ -560,6 +579,28 @@ def _step_inputs(model, rows: int, sentences: int, earlier: int, src_len: int) -
         torch.zeros(layers, sentences, heads, src_len, d_k, **like),
         torch.zeros(layers, sentences, heads, src_len, d_v, **like),
         torch.ones(sentences, 1, 1, src_len, dtype=torch.bool),
+    )  # fmt: skip
+
+
+def _search_step_inputs(model, sizes: Sizes) -> tuple:
+    """`SearchStep`'s inputs at `sizes`: the step's (its hypotheses by sentence and beam),
+    the forbidden tokens, the origins, this position's stores and `StepBeam.advance`'s state."""
+    c = model.config
+    sentences, beam, earlier, nbest, width = (sizes.sentences, sizes.beam, sizes.earlier,
+                                              sizes.nbest, sizes.width)  # fmt: skip
+    src_len = min(sizes.src_len, c.max_len)
+    step = _step_inputs(model, sentences * beam, sentences, earlier, src_len)
+    self_k, self_v = (x.view(earlier, x.size(1), sentences, beam, *x.shape[3:]) for x in step[2:4])
+    return (
+        step[0].view(sentences, beam), step[1], self_k, self_v, *step[4:],
+        torch.tensor([c.pad_id, c.bos_id]), torch.zeros(earlier, sentences, beam, dtype=torch.long),
+        torch.zeros_like(self_k[0]), torch.zeros_like(self_v[0]),
+        torch.zeros(sentences, beam),
+        torch.zeros(sentences, beam, width, dtype=torch.long), torch.zeros(sentences, nbest),
+        torch.zeros(sentences, nbest), torch.zeros(sentences, nbest, dtype=torch.long),
+        torch.zeros(sentences, nbest, width, dtype=torch.long),
+        torch.full((sentences,), width, dtype=torch.long), torch.ones(sentences),
+        torch.tensor([earlier + 1, 0]), torch.ones(2),
     )  # fmt: skip
 
 
@@ -590,22 +631,7 @@ def _search_step_program(model, transposed: bool = False, sizes: Sizes = NARROW)
     """`SearchStep(model, transposed)` exported with dynamic sentences, beam (2 to `widest_beam`),
     decoded positions, source length, n-best and output length, at `sizes`."""
     c, dims = model.config, torch.export.Dim
-    sentences, beam, earlier, nbest, width = (sizes.sentences, sizes.beam, sizes.earlier,
-                                              sizes.nbest, sizes.width)  # fmt: skip
-    src_len = min(sizes.src_len, c.max_len)
-    step = _step_inputs(model, sentences * beam, sentences, earlier, src_len)
-    self_k, self_v = (x.view(earlier, x.size(1), sentences, beam, *x.shape[3:]) for x in step[2:4])
-    example = (
-        step[0].view(sentences, beam), step[1], self_k, self_v, *step[4:],
-        torch.tensor([c.pad_id, c.bos_id]), torch.zeros(earlier, sentences, beam, dtype=torch.long),
-        torch.zeros_like(self_k[0]), torch.zeros_like(self_v[0]),
-        torch.zeros(sentences, beam),
-        torch.zeros(sentences, beam, width, dtype=torch.long), torch.zeros(sentences, nbest),
-        torch.zeros(sentences, nbest), torch.zeros(sentences, nbest, dtype=torch.long),
-        torch.zeros(sentences, nbest, width, dtype=torch.long),
-        torch.full((sentences,), width, dtype=torch.long), torch.ones(sentences),
-        torch.tensor([earlier + 1, 0]), torch.ones(2),
-    )  # fmt: skip
+    example = _search_step_inputs(model, sizes)
     b, k = dims("sentences", min=1), dims("beam", min=2, max=max(2, widest_beam(c.vocab_size)))
     t, n = dims("earlier", min=0), dims("src_len", min=2, max=c.max_len)
     m, w = dims("nbest", min=1), dims("width", min=1)
