@@ -26,8 +26,8 @@ from aiayn.config import DecodeConfig
 from aiayn.decode.search import search as core_search
 from aiayn.fast import compiled_step as compiled_module
 from aiayn.fast.compiled_step import (
-    PRODUCTS_FILE, SOURCE_SENTENCES, STEP_ROWS, ByRows, artifact_path, can_compile, crossover,
-    load_compiled, rows_file, wide_from,
+    PRODUCTS_FILE, SEARCH_STEP_ROWS, SOURCE_SENTENCES, STEP_ROWS, ByRows, artifact_path,
+    can_compile, crossover, load_compiled, rows_file, wide_from,
 )
 from aiayn.fast import int8 as int8_module
 from aiayn.fast.int8 import quantize_int8
@@ -344,7 +344,7 @@ def test_the_search_step_is_timed_on_its_own_calls_and_an_older_rows_file_again(
     measure = lambda: compiled_module._crossovers(tmp_path, model, step, search_step, lambda src: src)  # noqa: E731
     found = measure()
     assert found["step"]["wide_from"] is None and found["search_step"]["wide_from"] == 4
-    assert [int(rows) for rows in found["search_step"]["ms"]] == [r for r in STEP_ROWS if r >= 4]
+    assert [int(rows) for rows in found["search_step"]["ms"]] == list(SEARCH_STEP_ROWS) == [4, 8, 16, 32, 64, 128, 256, 512]
     assert set(found["search_step"]["ms"][4]) == {1.0, 2.0}
     file = rows_file(tmp_path)
     assert json.loads(file.read_text()) == json.loads(json.dumps(found))
@@ -432,8 +432,7 @@ def test_the_compiled_step_translates_as_the_core_and_is_built_once(tmp_path, mo
         products = _products(artifact_path(model) / f"{name}-wide.pt2")
         assert products and all(p.startswith("_linear_pointwise") == frozen for p in products), products
     rows = json.loads(rows_here.read_text())
-    search_rows = [r for r in STEP_ROWS if r >= 4]  # sentences of beam 4
-    for name, timed_at in (("step", STEP_ROWS), ("search_step", search_rows), ("source", widths)):
+    for name, timed_at in (("step", STEP_ROWS), ("search_step", SEARCH_STEP_ROWS), ("source", widths)):
         assert [int(w) for w in rows[name]["ms"]] == list(timed_at)  # both timed at each width
         assert all(t > 0 for pair in rows[name]["ms"].values() for t in pair)
         assert getattr(search, name).wide_from == rows[name]["wide_from"]

@@ -104,6 +104,7 @@ TWIN = "-wide-unfrozen.pt2"  # a frozen float32 wide library's unfrozen twin, wh
 # 4 (`translate`'s 4096-token batches of 32-token sentences): a choice timed on narrower
 # calls only was kept for the wide batches too, and there it could be the slower one.
 STEP_ROWS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+SEARCH_STEP_ROWS = tuple(r for r in STEP_ROWS if r >= 4)  # sentences of beam 4 (a beam is 2 or more)
 SOURCE_SENTENCES = (1, 2, 4, 8, 16, 32)
 SOURCE_LEN = EARLIER = 16  # a typical sentence's tokens, and decoded positions
 ROUNDS = 5  # timing rounds per width
@@ -224,9 +225,8 @@ def _crossovers(path: Path, model, step: ByRows, search_step: ByRows, source: Ca
     step's, the search step's and (where it has two libraries) the source's: read from
     `rows_file`, else measured now (seconds, once) and stored there. The search step is
     timed on its own calls, not given the step's crossover: the two hold the same products,
-    yet a base-sized model's narrow search step took twice the wide one's time a call at
-    one sentence of beam 4 where its narrow step did not, so a search of one sentence ran
-    at half speed."""
+    but each library's kernels are Inductor's choices for that function alone, and a narrow
+    search step can lose to its wide one at rows where the narrow step wins."""
     file = rows_file(path)
     try:
         found = json.loads(file.read_text())
@@ -549,9 +549,8 @@ def _step_examples(model) -> Iterator[tuple[int, tuple]]:
 
 
 def _search_step_examples(model) -> Iterator[tuple[int, tuple]]:
-    """The search step's inputs at each of `STEP_ROWS` from 4 rows (sentences of beam 4; its
-    beam is at least 2), made one width at a time."""
-    for rows in (r for r in STEP_ROWS if r >= 4):
+    """The search step's inputs at each of `SEARCH_STEP_ROWS`, made one width at a time."""
+    for rows in SEARCH_STEP_ROWS:
         sizes = Sizes(sentences=rows // 4, beam=4, earlier=EARLIER, src_len=SOURCE_LEN, nbest=1,
                       width=2 * EARLIER - 1)  # fmt: skip
         yield rows, _search_step_inputs(model, sizes)
